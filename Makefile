@@ -1,0 +1,60 @@
+# Two commands for a fresh Debian/Ubuntu machine, as root:
+#   make demo   the sandbox cluster up, site.yml on it
+#   make test   the whole test suite (unit, lint, integration on the sandbox)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SANDBOX := -i inventory/sandbox.yml
+PYTEST_ARGS ?=
+
+.PHONY: help venv host-deps demo test unit lint sandbox-up sandbox-down sandbox-purge site-sandbox
+
+help:
+	@echo "make demo           sandbox cluster up, then site.yml on it"
+	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
+	@echo "make unit | lint    parts of it"
+	@echo "make sandbox-up | sandbox-down | sandbox-purge"
+
+# What the controller needs from the distribution: a Python with venv, and ssh.
+host-deps:
+	@if ! $(PYTHON) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  echo "installing python3-venv (the controller needs Python >= 3.11 with venv)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-venv; \
+	fi
+	@command -v ssh >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-client)
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "the controller needs Python >= 3.11, found " + sys.version.split()[0]'
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt | host-deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+sandbox-up: venv
+	$(BIN)/ansible-playbook $(SANDBOX) playbooks/sandbox.yml -e sandbox_state=up
+
+sandbox-down: venv
+	$(BIN)/ansible-playbook $(SANDBOX) playbooks/sandbox.yml -e sandbox_state=down
+
+sandbox-purge: venv
+	$(BIN)/ansible-playbook $(SANDBOX) playbooks/sandbox.yml -e sandbox_state=purge
+
+site-sandbox: venv
+	$(BIN)/ansible-playbook $(SANDBOX) site.yml
+
+demo: sandbox-up site-sandbox
+	@echo "The sandbox cluster is provisioned. Take it down with: make sandbox-down"
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/pytest tests/lint $(PYTEST_ARGS)
+
+test: venv
+	$(BIN)/pytest tests $(PYTEST_ARGS)
