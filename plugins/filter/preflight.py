@@ -23,7 +23,7 @@ def _is_int(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return True
+        return value >= 0
     return isinstance(value, str) and re.fullmatch(r"\d+", value.strip()) is not None
 
 
