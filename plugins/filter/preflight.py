@@ -8,7 +8,8 @@ import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-HOSTNAME_PATTERN = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME_PATTERN = re.compile(r"^(?=.{1,253}$)%s(\.%s)*$" % (HOSTNAME_LABEL, HOSTNAME_LABEL))
 
 
 def _is_address(value: str) -> bool:

@@ -50,7 +50,7 @@ def unescape_mount_path(field: str) -> str:
 def mounts_under(mountinfo: str, root: str) -> List[str]:
     """Mount points at or below `root`, deepest (and latest) first: the order to unmount them."""
     root = root.rstrip("/")
-    found = []  # type: List[Tuple[int, int, str]]
+    found: List[Tuple[int, int, str]] = []
     for order, line in enumerate(mountinfo.splitlines()):
         fields = line.split()
         if len(fields) < 5:

@@ -1,0 +1,105 @@
+"""Helpers for the tests that run the playbooks for real, through ansible-runner."""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+import ansible_runner
+import pytest
+import testinfra
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
+ARTIFACTS = os.path.join(REPO, "artifacts")
+NODES = ["n0", "n1", "n2"]
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+
+class PlaybookRun:
+    def __init__(self, runner, seconds: float, log_path: str):
+        self.status = runner.status
+        self.rc = runner.rc
+        self.stats = runner.stats or {}
+        self.seconds = seconds
+        self.log_path = log_path
+        with open(log_path) as handle:
+            self.stdout = handle.read()
+
+    def count(self, kind: str) -> Dict[str, int]:
+        return dict(self.stats.get(kind, {}))
+
+    @property
+    def hosts(self) -> List[str]:
+        seen = set()  # type: set
+        for kind in ("ok", "changed", "failures", "dark", "skipped"):
+            seen.update(self.stats.get(kind, {}))
+        return sorted(seen)
+
+    def describe(self) -> str:
+        return "status=%s rc=%s stats=%s\n(log: %s)\n%s" % (
+            self.status, self.rc, json.dumps(self.stats), self.log_path, self.stdout[-6000:])
+
+
+def run_playbook(playbook: str, inventory: str = SANDBOX_INVENTORY, extravars: Optional[Dict[str, Any]] = None,
+                 limit: Optional[str] = None, cmdline: Optional[str] = None, label: str = "run") -> PlaybookRun:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    private = tempfile.mkdtemp(prefix="runner-")
+    started = time.monotonic()
+    runner = ansible_runner.run(
+        private_data_dir=private,
+        project_dir=REPO,
+        playbook=playbook,
+        inventory=inventory,
+        extravars=extravars or {},
+        limit=limit,
+        cmdline=cmdline,
+        envvars={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        quiet=True,
+        timeout=3600,
+    )
+    seconds = time.monotonic() - started
+    log_path = os.path.join(ARTIFACTS, "%s.log" % label)
+    with open(log_path, "w") as handle:
+        handle.write(runner.stdout.read())
+    return PlaybookRun(runner, seconds, log_path)
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """The sandbox cluster, up for the whole session and down afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox needs root (network namespaces, mounts, debootstrap)")
+    up = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "up"}, label="sandbox-up")
+    assert up.status == "successful", up.describe()
+    try:
+        yield up
+    finally:
+        down = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "down"}, label="sandbox-down")
+        assert down.status == "successful", down.describe()
+
+
+def write_figures(name: str, figures: Dict[str, Any]) -> None:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with open(os.path.join(ARTIFACTS, name), "w") as handle:
+        json.dump(figures, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+@pytest.fixture(scope="session")
+def site_runs(sandbox):
+    """site.yml run twice on the fresh sandbox: (cold, second)."""
+    cold = run_playbook("site.yml", label="site-cold")
+    assert cold.status == "successful", cold.describe()
+    second = run_playbook("site.yml", label="site-second")
+    return cold, second
+
+
+def node(name: str):
+    return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (name, SANDBOX_INVENTORY))
+
+
+def local_fact(host, name: str) -> Dict[str, Any]:
+    return json.loads(host.file("/etc/ansible/facts.d/%s.fact" % name).content_string)

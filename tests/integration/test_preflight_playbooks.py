@@ -1,0 +1,76 @@
+"""Bad input stops site.yml and bench.yml on the controller, before any node is contacted."""
+
+import os
+import textwrap
+
+import pytest
+
+from conftest import run_playbook
+
+GOOD_HOSTS = {
+    "a": "ansible_host: 127.0.0.2\n          cluster_ip: 10.1.0.1",
+    "b": "ansible_host: 127.0.0.3\n          cluster_ip: 10.1.0.2",
+}
+
+
+def inventory(tmp_path, hosts):
+    body = "".join("        %s:\n          %s\n" % (name, vars_) for name, vars_ in hosts.items())
+    path = tmp_path / "hosts.yml"
+    path.write_text(textwrap.dedent("""\
+        all:
+          children:
+            cluster:
+              hosts:
+        """) + body)
+    # Group vars (the model catalog) come from beside the inventory, as for the real ones.
+    os.symlink(os.path.join(os.path.dirname(__file__), "..", "..", "inventory", "group_vars"),
+               str(tmp_path / "group_vars"))
+    return str(path)
+
+
+def assert_refused_before_nodes(run, *fragments):
+    assert run.status == "failed", run.describe()
+    assert run.hosts == ["localhost"], "a node was contacted: " + run.describe()
+    for fragment in fragments:
+        assert fragment in run.stdout, run.describe()
+
+
+@pytest.mark.parametrize("hosts, extravars, fragments", [
+    ({"a": "ansible_host: 127.0.0.2", "b": GOOD_HOSTS["b"]}, {},
+     ["host a: cluster_ip is not set"]),
+    ({"a": GOOD_HOSTS["a"], "b": "ansible_host: 127.0.0.3\n          cluster_ip: 10.1.0.1"}, {},
+     ["hosts a, b: they share cluster_ip 10.1.0.1"]),
+    ({"a": GOOD_HOSTS["a"] + "\n          rank: 1", "b": GOOD_HOSTS["b"] + "\n          rank: 1"}, {},
+     ["hosts a, b: duplicate rank 1"]),
+    (GOOD_HOSTS, {"world": 3},
+     ["world=3 asks for more ranks than the 2 host(s)", "pass -e world=2"]),
+    ({"a": GOOD_HOSTS["a"] + "\n          prima_jobs: many", "b": GOOD_HOSTS["b"]}, {},
+     ["host a, role prima:", "prima_jobs"]),
+    ({"a": GOOD_HOSTS["a"] + "\n          highs_source: zip", "b": GOOD_HOSTS["b"]}, {},
+     ["host a, role highs:", "highs_source", "git, sdist"]),
+], ids=["missing-cluster-ip", "duplicate-cluster-ip", "duplicate-rank", "world-too-large",
+        "mistyped-role-input", "bad-choice"])
+def test_site_refuses_bad_inventory(tmp_path, hosts, extravars, fragments):
+    run = run_playbook("site.yml", inventory=inventory(tmp_path, hosts), extravars=extravars,
+                       label="preflight-site")
+    assert_refused_before_nodes(run, *fragments)
+
+
+def test_bench_refuses_unknown_model(tmp_path):
+    run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS), extravars={"model": "13b"},
+                       label="preflight-bench")
+    assert_refused_before_nodes(run, "model '13b' is not in the model catalog", "known keys: 32b, 70b, 8b")
+
+
+def test_bench_refuses_bad_runtime_and_runs(tmp_path):
+    run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
+                       extravars={"model": "70b", "runtime": "vllm", "runs": 0}, label="preflight-bench")
+    assert_refused_before_nodes(run, "runtime 'vllm' is not one of: prima, llama_rpc, single, all",
+                                "runs '0' is not a whole number >= 1")
+
+
+def test_bench_accepts_good_input_without_touching_nodes(tmp_path):
+    run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS), extravars={"model": "70b"},
+                       label="preflight-bench")
+    assert run.status == "successful", run.describe()
+    assert run.hosts == ["localhost"]
