@@ -18,13 +18,15 @@ help:
 	@echo "make unit | lint    parts of it"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
 
-# What the controller needs from the distribution: a Python with venv, and ssh.
+# What the controller needs from the distribution: a Python with venv, ssh, and sshpass
+# for the first (password) contact with a Glows node.
 host-deps:
 	@if ! $(PYTHON) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
 	  echo "installing python3-venv (the controller needs Python >= 3.11 with venv)"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-venv; \
 	fi
-	@command -v ssh >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-client)
+	@command -v ssh >/dev/null && command -v sshpass >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-client sshpass)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "the controller needs Python >= 3.11, found " + sys.version.split()[0]'
 
 venv: $(VENV)/.installed

@@ -189,6 +189,19 @@ class Node:
         self._network(address, prefix_len, bridge, gateway)
         self._start_sshd(address)
 
+    def create_service(self, address: str, prefix_len: int, bridge: str, gateway: str,
+                       argv: Sequence[str], log_path: str) -> int:
+        """A namespace with no root filesystem of its own, running one host program (the hub)."""
+        os.makedirs(self.home)
+        self._network(address, prefix_len, bridge, gateway)
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(["ip", "netns", "exec", self.netns] + list(argv), stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=log, start_new_session=True)
+        time.sleep(0.3)
+        if process.poll() is not None:
+            raise SandboxError("%s exited at once (%s); see %s" % (argv[0], process.returncode, log_path))
+        return process.pid
+
     def _configure_root(self, address: str, authorized_key: str) -> None:
         root = self.root
         _write(os.path.join(root, "etc/hostname"), self.name + "\n")

@@ -49,6 +49,15 @@ options:
     type: list
     elements: dict
     default: []
+  service_argv:
+    description:
+      - Instead of a node with its own root and sshd, a namespace that runs this host
+        program (the sandbox's hub). C(pristine) and C(authorized_key) are then not used.
+    type: list
+    elements: str
+  service_log:
+    description: Where the service's output goes.
+    type: path
 author: prima-cluster
 """
 
@@ -88,8 +97,10 @@ def main():
             gateway=dict(type="str"),
             authorized_key=dict(type="str", no_log=False),
             binds=dict(type="list", elements="dict", default=[]),
+            service_argv=dict(type="list", elements="str"),
+            service_log=dict(type="path"),
         ),
-        required_if=[("state", "present", ("pristine", "address", "bridge", "gateway", "authorized_key"))],
+        required_if=[("state", "present", ("address", "bridge", "gateway"))],
         supports_check_mode=True,
     )
     params = module.params
@@ -98,7 +109,13 @@ def main():
         if module.check_mode:
             module.exit_json(changed=params["state"] == "present" or node.exists(), removed=False)
         removed = node.destroy()
+        if params["state"] == "present" and params["service_argv"]:
+            pid = node.create_service(params["address"], params["prefix_len"], params["bridge"], params["gateway"],
+                                      params["service_argv"], params["service_log"] or "/dev/null")
+            module.exit_json(changed=True, removed=removed, pid=pid)
         if params["state"] == "present":
+            if not params["pristine"] or not params["authorized_key"]:
+                module.fail_json(msg="sandbox node %s: a node needs pristine and authorized_key" % params["name"])
             node.create(params["pristine"], params["address"], params["prefix_len"], params["bridge"],
                         params["gateway"], params["authorized_key"], params["binds"])
             module.exit_json(changed=True, removed=removed)

@@ -1,0 +1,72 @@
+"""First contact with a Glows node: root password from the vault, then keys only.
+
+A sandbox node is made to look like a fresh Glows node (root password, password logins
+on), the vault is made with ansible-vault, and playbooks/glows-keys.yml installs a new key.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, node, run_playbook
+
+BIN = os.path.dirname(sys.executable)
+NODE, ADDRESS = "n2", "10.77.0.12"
+PASSWORD = "glows-first-contact"
+
+
+@pytest.fixture
+def password_node(site_runs):
+    host = node(NODE)
+    host.run_expect([0], "echo 'root:%s' | chpasswd" % PASSWORD)
+    dropin = "/etc/ssh/sshd_config.d/00-glows-password.conf"
+    host.run_expect([0], "printf 'PasswordAuthentication yes\\n' > %s && kill -HUP $(cat /run/sshd.pid)" % dropin)
+    yield host
+    host.run("rm -f %s && passwd -d root >/dev/null && kill -HUP $(cat /run/sshd.pid)" % dropin)
+
+
+def ssh_with_key(key, command="true"):
+    return subprocess.run(
+        ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@" + ADDRESS, command],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+
+
+def test_glows_keys_installs_the_key_with_the_vaulted_password(password_node, tmp_path):
+    key = str(tmp_path / "id_ed25519")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    assert ssh_with_key(key).returncode != 0, "the new key worked before it was installed"
+
+    vault_password_file = tmp_path / "vault-pass"
+    vault_password_file.write_text("test-vault-secret\n")
+    vault = tmp_path / "vault.yml"
+    vault.write_text("vault_glows_root_password: %s\n" % PASSWORD)
+    subprocess.run([os.path.join(BIN, "ansible-vault"), "encrypt", "--vault-password-file",
+                    str(vault_password_file), str(vault)], check=True, cwd=REPO)
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;")
+
+    inventory = tmp_path / "glows.yml"
+    inventory.write_text(
+        "all:\n  children:\n    cluster:\n      hosts:\n        glows-test:\n"
+        "          ansible_host: %s\n          ansible_user: root\n          cluster_ip: %s\n"
+        "          ansible_python_interpreter: /usr/bin/python3\n"
+        "          ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+        " -o PubkeyAuthentication=no\n" % (ADDRESS, ADDRESS))
+    run = run_playbook("playbooks/glows-keys.yml", inventory=str(inventory),
+                       extravars={"glows_vault_file": str(vault), "glows_public_key": key + ".pub"},
+                       cmdline="--vault-password-file %s" % vault_password_file, label="glows-keys")
+    assert run.status == "successful", run.describe()
+    assert PASSWORD not in run.stdout
+
+    assert ssh_with_key(key).returncode == 0, "the installed key does not log in"
+    with open(key + ".pub") as handle:
+        public = handle.read().strip()
+    authorized = password_node.file("/root/.ssh/authorized_keys").content_string
+    assert authorized.count(public) == 1
+
+    again = run_playbook("playbooks/glows-keys.yml", inventory=str(inventory),
+                         extravars={"glows_vault_file": str(vault), "glows_public_key": key + ".pub"},
+                         cmdline="--vault-password-file %s" % vault_password_file, label="glows-keys-again")
+    assert again.status == "successful" and again.count("changed").get("glows-test", 0) == 0, again.describe()

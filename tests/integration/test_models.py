@@ -1,0 +1,207 @@
+"""The weights on the sandbox: one download per cluster, resume, corruption, bad bytes, disk.
+
+The sandbox's hub (its own namespace, 10.77.0.2:8088) logs every response it serves,
+so each test can count the bytes that crossed the hub link.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+import ansible_runner
+import pytest
+
+from conftest import NODES, REPO, SANDBOX_INVENTORY, local_fact, node, run_playbook, write_figures
+
+HUB_LOG = "/var/lib/prima-sandbox/hub-requests.log"
+HUB_DIR = "/var/cache/prima-sandbox/hub"
+LOCK = "/var/lib/prima-sandbox/models.lock.json"
+TINY = os.path.join(HUB_DIR, "sandbox/tiny/resolve/main/tiny.gguf")
+NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+
+
+def hub_records():
+    with open(HUB_LOG) as handle:
+        return [json.loads(line) for line in handle]
+
+
+def served_since(mark, name):
+    return [record for record in hub_records()[mark:] if record["path"].endswith("/" + name)]
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def shape_hub(rate):
+    """tbf on the hub's link only; the nodes' links stay as they are."""
+    argv = ["ip", "netns", "exec", "psb-hub", "tc", "qdisc"]
+    if rate:
+        subprocess.run(argv + ["replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kb",
+                               "latency", "400ms"], check=True)
+    else:
+        subprocess.run(argv + ["del", "dev", "eth0", "root"], check=False, stderr=subprocess.DEVNULL)
+
+
+def remove_weights():
+    for name in NODES:
+        node(name).run_expect([0], "rm -f /opt/models/tiny.gguf /opt/models/tiny.gguf.partial "
+                                   "/opt/models/tiny.gguf.verified")
+
+
+def assert_tiny_everywhere():
+    expected = sha256_file(TINY)
+    for name in NODES:
+        host = node(name)
+        assert host.file("/opt/models/tiny.gguf").sha256sum == expected, name
+        assert not host.file("/opt/models/tiny.gguf.partial").exists, name
+        assert local_fact(host, "models")["tiny.gguf"]["sha256"] == expected
+
+
+@pytest.fixture
+def hub_shaping():
+    yield shape_hub
+    shape_hub(None)
+
+
+def test_site_put_verified_tiny_on_every_node_with_one_hub_download(site_runs):
+    assert_tiny_everywhere()
+    with open(LOCK) as handle:
+        assert json.load(handle)["sandbox/tiny@main/tiny.gguf"] == sha256_file(TINY)
+    cold = [record for record in hub_records() if record["path"].endswith("/tiny.gguf")]
+    assert sum(record["bytes"] for record in cold) == os.path.getsize(TINY)
+
+
+def test_rerun_downloads_nothing(site_runs):
+    mark = len(hub_records())
+    run = run_playbook("playbooks/models.yml", label="models-rerun")
+    assert run.status == "successful", run.describe()
+    assert {host: n for host, n in run.count("changed").items() if n} == {}, run.describe()
+    assert hub_records()[mark:] == []
+
+
+def test_download_killed_half_way_resumes(site_runs, hub_shaping):
+    remove_weights()
+    hub_shaping("16mbit")
+    mark = len(hub_records())
+    partial = NODE_ROOT % "n0" + "/opt/models/tiny.gguf.partial"
+    state = {"stop": False}
+    thread, runner = ansible_runner.run_async(
+        private_data_dir=tempfile.mkdtemp(prefix="runner-"), project_dir=REPO,
+        playbook="playbooks/models.yml", inventory=SANDBOX_INVENTORY, quiet=True,
+        envvars={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg")}, cancel_callback=lambda: state["stop"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (os.path.exists(partial) and os.path.getsize(partial) > 12 << 20):
+        time.sleep(0.2)
+    assert os.path.exists(partial), "the download never started"
+    state["stop"] = True
+    thread.join(60)
+    node("n0").run("pkill -f AnsiballZ_hub_download")
+    time.sleep(1)
+    kept = os.path.getsize(partial)
+    assert 0 < kept < os.path.getsize(TINY)
+    assert not node("n0").file("/opt/models/tiny.gguf").exists
+
+    hub_shaping(None)
+    resumed_mark = len(hub_records())
+    run = run_playbook("playbooks/models.yml", label="models-resume")
+    assert run.status == "successful", run.describe()
+    assert_tiny_everywhere()
+    second = served_since(resumed_mark, "tiny.gguf")
+    assert second and second[0]["range"] is not None and second[0]["status"] == 206, second
+    assert sum(record["bytes"] for record in second) < os.path.getsize(TINY)
+    assert sum(record["bytes"] for record in served_since(mark, "tiny.gguf")) <= os.path.getsize(TINY) + (1 << 20)
+
+
+def test_flipped_byte_is_detected_and_fetched_again(site_runs):
+    target = NODE_ROOT % "n1" + "/opt/models/tiny.gguf"
+    with open(target, "r+b") as handle:
+        handle.seek(4096)
+        byte = handle.read(1)
+        handle.seek(4096)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    assert sha256_file(target) != sha256_file(TINY)
+    mark = len(hub_records())
+    run = run_playbook("playbooks/models.yml", label="models-flipped")
+    assert run.status == "successful", run.describe()
+    assert run.count("changed").get("n1", 0) > 0
+    assert_tiny_everywhere()
+    assert served_since(mark, "tiny.gguf") == [], "the repair came from the hub, not from the source node"
+
+
+def test_hub_serving_wrong_bytes_fails_and_installs_nothing(site_runs, tmp_path):
+    bad_dir = os.path.join(HUB_DIR, "sandbox/tiny-bad/resolve/main")
+    os.makedirs(bad_dir, exist_ok=True)
+    with open(TINY, "rb") as source, open(os.path.join(bad_dir, "bad.gguf"), "wb") as target:
+        data = bytearray(source.read())
+        data[len(data) // 2] ^= 0xFF
+        target.write(data)
+    catalog = {"tiny-bad": {"hub_repo": "sandbox/tiny-bad", "revision": "main", "n_layer": 8,
+                            "files": [{"name": "bad.gguf", "size": len(data), "sha256": sha256_file(TINY)}]}}
+    run = run_playbook("playbooks/models.yml", extravars={"models_extra_catalog": catalog, "model": "tiny-bad"},
+                       label="models-wrong-bytes")
+    assert run.status == "failed", run.describe()
+    assert "sha256 of the downloaded bad.gguf is" in run.stdout and sha256_file(TINY) in run.stdout
+    for name in NODES:
+        host = node(name)
+        assert not host.file("/opt/models/bad.gguf").exists, name
+        assert not host.file("/opt/models/bad.gguf.partial").exists, name
+
+
+def test_too_little_disk_fails_before_any_download(site_runs):
+    small = NODE_ROOT % "n2" + "/opt/models-small"
+    os.makedirs(small, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], check=True)
+    try:
+        mark = len(hub_records())
+        run = run_playbook("playbooks/models.yml", extravars={"models_dir": "/opt/models-small"},
+                           label="models-small-disk")
+        assert run.status == "failed", run.describe()
+        assert "n2: /opt/models-small has 0.02 GiB free; the selected weights need 0.05 GiB more" in run.stdout
+        assert hub_records()[mark:] == []
+        assert not node("n0").file("/opt/models-small/tiny.gguf.partial").exists
+    finally:
+        subprocess.run(["umount", small], check=True)
+
+
+def test_two_part_model(site_runs):
+    mark = len(hub_records())
+    run = run_playbook("playbooks/models.yml", extravars={"model": "tiny-split"}, label="models-split")
+    assert run.status == "successful", run.describe()
+    parts = ["tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"]
+    with open(LOCK) as handle:
+        lock = json.load(handle)
+    for part in parts:
+        digest = sha256_file(os.path.join(HUB_DIR, "sandbox/tiny-split/resolve/main", part))
+        assert lock["sandbox/tiny-split@main/" + part] == digest
+        assert len(served_since(mark, part)) == 1
+        for name in NODES:
+            assert node(name).file("/opt/models/" + part).sha256sum == digest
+
+
+def test_fanout_against_every_node_downloading(site_runs, hub_shaping):
+    """The figures: hub bytes and wall time for 3 nodes, hub link shaped, cluster links not."""
+    figures = {"model_bytes": os.path.getsize(TINY), "hub_rate": "20mbit"}
+    for mode, fanout in (("fanout", True), ("every_node", False)):
+        remove_weights()
+        hub_shaping("20mbit")
+        mark = len(hub_records())
+        run = run_playbook("playbooks/models.yml", extravars={"models_fanout": fanout}, label="models-" + mode)
+        assert run.status == "successful", run.describe()
+        assert_tiny_everywhere()
+        served = sum(record["bytes"] for record in served_since(mark, "tiny.gguf"))
+        figures[mode] = {"seconds": round(run.seconds, 1), "hub_bytes": served,
+                         "hub_bytes_per_model": round(served / os.path.getsize(TINY), 3)}
+        if fanout:
+            assert "tiny.gguf downloading" in run.stdout, "no progress lines"
+    figures["fanout_to_every_node_time"] = round(figures["fanout"]["seconds"] / figures["every_node"]["seconds"], 3)
+    write_figures("models-figures.json", figures)
+    assert figures["fanout"]["hub_bytes_per_model"] == 1.0
+    assert figures["every_node"]["hub_bytes_per_model"] == 3.0
