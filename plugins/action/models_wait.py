@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
             if now - last_report >= args["interval"]:
                 last_report = now
                 display.display(self._progress_line(host, args["progress_file"], task_vars))
-            time.sleep(min(2.0, args["interval"]))
+            time.sleep(min(1.0, args["interval"]))
 
     def _progress_line(self, host: str, path: str, task_vars) -> str:
         answer = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars,

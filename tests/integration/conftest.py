@@ -72,6 +72,10 @@ def sandbox():
     """The sandbox cluster, up for the whole session and down afterwards."""
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root (network namespaces, mounts, debootstrap)")
+    if os.environ.get("PRIMA_SANDBOX_REUSE") == "1":
+        # For iterating on tests: use the sandbox as it is, and leave it up.
+        yield None
+        return
     up = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "up"}, label="sandbox-up")
     assert up.status == "successful", up.describe()
     try:

@@ -117,7 +117,8 @@ def test_download_killed_half_way_resumes(site_runs, hub_shaping):
     second = served_since(resumed_mark, "tiny.gguf")
     assert second and second[0]["range"] is not None and second[0]["status"] == 206, second
     assert sum(record["bytes"] for record in second) < os.path.getsize(TINY)
-    assert sum(record["bytes"] for record in served_since(mark, "tiny.gguf")) <= os.path.getsize(TINY) + (1 << 20)
+    # Both runs together: the whole file once, plus what was in flight when the first was killed.
+    assert sum(record["bytes"] for record in served_since(mark, "tiny.gguf")) < 1.1 * os.path.getsize(TINY)
 
 
 def test_flipped_byte_is_detected_and_fetched_again(site_runs):
@@ -156,9 +157,10 @@ def test_hub_serving_wrong_bytes_fails_and_installs_nothing(site_runs, tmp_path)
 
 
 def test_too_little_disk_fails_before_any_download(site_runs):
-    small = NODE_ROOT % "n2" + "/opt/models-small"
-    os.makedirs(small, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", small], check=True)
+    for name in NODES:
+        node(name).run_expect([0], "rm -rf /opt/models-small")
+    # Mounted from inside the node, so that its sshd sessions see it.
+    node("n2").run_expect([0], "mkdir -p /opt/models-small && mount -t tmpfs -o size=16m tmpfs /opt/models-small")
     try:
         mark = len(hub_records())
         run = run_playbook("playbooks/models.yml", extravars={"models_dir": "/opt/models-small"},
@@ -168,7 +170,9 @@ def test_too_little_disk_fails_before_any_download(site_runs):
         assert hub_records()[mark:] == []
         assert not node("n0").file("/opt/models-small/tiny.gguf.partial").exists
     finally:
-        subprocess.run(["umount", small], check=True)
+        node("n2").run_expect([0], "umount /opt/models-small")
+        for name in NODES:
+            node(name).run_expect([0], "rm -rf /opt/models-small")
 
 
 def test_two_part_model(site_runs):
@@ -188,10 +192,10 @@ def test_two_part_model(site_runs):
 
 def test_fanout_against_every_node_downloading(site_runs, hub_shaping):
     """The figures: hub bytes and wall time for 3 nodes, hub link shaped, cluster links not."""
-    figures = {"model_bytes": os.path.getsize(TINY), "hub_rate": "20mbit"}
+    figures = {"model_bytes": os.path.getsize(TINY), "hub_rate": "10mbit"}
     for mode, fanout in (("fanout", True), ("every_node", False)):
         remove_weights()
-        hub_shaping("20mbit")
+        hub_shaping("10mbit")
         mark = len(hub_records())
         run = run_playbook("playbooks/models.yml", extravars={"models_fanout": fanout}, label="models-" + mode)
         assert run.status == "successful", run.describe()
