@@ -31,6 +31,16 @@ def models_selection(model: Any, enabled: Sequence[str], catalog: Mapping[str, A
     return list(dict.fromkeys(keys))
 
 
+def catalog_problems(model: Any, catalog: Mapping[str, Any], variable: str = "model") -> List[str]:
+    """An unknown model key, naming the known ones."""
+    keys = _as_keys(model)
+    if not keys:
+        return ["%s is empty; pass -e %s=KEY with KEY one of: %s" % (variable, variable, ", ".join(sorted(catalog)))]
+    return ["%s '%s' is not in the model catalog (models_catalog in inventory/group_vars/all/models.yml); "
+            "known keys: %s" % (variable, key, ", ".join(sorted(catalog)))
+            for key in keys if key not in catalog]
+
+
 def lock_key(entry: Mapping[str, Any], file_name: str) -> str:
     return "%s@%s/%s" % (entry["hub_repo"], entry.get("revision", "main"), file_name)
 
@@ -161,6 +171,7 @@ def disk_problem(host: str, path: str, available: int, files: Sequence[Mapping[s
 class FilterModule:
     def filters(self):
         return {
+            "catalog_problems": catalog_problems,
             "models_merged_catalog": merged_catalog,
             "models_selection": models_selection,
             "models_files": models_files,

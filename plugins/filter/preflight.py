@@ -158,16 +158,6 @@ def _without_defaults(options: Mapping[str, Any]) -> Dict[str, Any]:
             for name, spec in options.items()}
 
 
-def catalog_problems(model: Any, catalog: Mapping[str, Any], variable: str = "model") -> List[str]:
-    """An unknown model key, naming the known ones."""
-    keys = _as_list(model)
-    if not keys:
-        return ["%s is empty; pass -e %s=KEY with KEY one of: %s" % (variable, variable, ", ".join(sorted(catalog)))]
-    return ["%s '%s' is not in the model catalog (models_catalog in inventory/group_vars/all/models.yml); "
-            "known keys: %s" % (variable, key, ", ".join(sorted(catalog)))
-            for key in keys if key not in catalog]
-
-
 def choice_problems(value: Any, choices: Iterable[str], variable: str) -> List[str]:
     """A value outside its choices."""
     allowed = list(choices)
@@ -183,14 +173,6 @@ def positive_int_problems(value: Any, variable: str) -> List[str]:
     return ["%s '%s' is not a whole number >= 1; pass -e %s=N" % (variable, value, variable)]
 
 
-def _as_list(value: Any) -> List[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return [str(part) for part in value]
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -198,7 +180,6 @@ class FilterModule:
             "cluster_problems": cluster_problems,
             "role_input_problems": role_input_problems,
             "role_argument_specs": role_argument_specs,
-            "catalog_problems": catalog_problems,
             "choice_problems": choice_problems,
             "positive_int_problems": positive_int_problems,
         }

@@ -15,6 +15,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
 ARTIFACTS = os.path.join(REPO, "artifacts")
 NODES = ["n0", "n1", "n2"]
+# A local prima.cpp mirror may hold the pinned tree under another commit (a snapshot
+# without GitHub's large files, say): PRIMA_CPP_VERSION names the commit to build then.
+PRIMA_EXTRAVARS = {"prima_version": os.environ["PRIMA_CPP_VERSION"]} if os.environ.get("PRIMA_CPP_VERSION") else {}
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
 
@@ -53,7 +56,7 @@ def run_playbook(playbook: str, inventory: str = SANDBOX_INVENTORY, extravars: O
         project_dir=REPO,
         playbook=playbook,
         inventory=inventory,
-        extravars=extravars or {},
+        extravars=dict(PRIMA_EXTRAVARS if inventory == SANDBOX_INVENTORY else {}, **(extravars or {})),
         limit=limit,
         cmdline=cmdline,
         envvars={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},

@@ -62,6 +62,21 @@ def test_bench_refuses_unknown_model(tmp_path):
     assert_refused_before_nodes(run, "model '13b' is not in the model catalog", "known keys: 32b, 70b, 8b")
 
 
+def test_site_refuses_unknown_model(tmp_path):
+    run = run_playbook("site.yml", inventory=inventory(tmp_path, GOOD_HOSTS), extravars={"model": "8b,13b"},
+                       label="preflight-site-model")
+    assert_refused_before_nodes(run, "model '13b' is not in the model catalog", "known keys: 32b, 70b, 8b")
+
+
+def test_site_refuses_a_malformed_catalog_entry(tmp_path):
+    catalog = {"broken": {"hub_repo": "nobody", "revision": "main", "n_layer": 8,
+                          "files": [{"name": "x.gguf", "size": 10, "sha256": "short"}]}}
+    run = run_playbook("site.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
+                       extravars={"models_extra_catalog": catalog}, label="preflight-site-catalog")
+    assert_refused_before_nodes(run, "models_catalog['broken'].hub_repo 'nobody' is not an 'owner/name'",
+                                "(x.gguf): sha256 'short' is not 64 hex digits")
+
+
 def test_bench_refuses_bad_runtime_and_runs(tmp_path):
     run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
                        extravars={"model": "70b", "runtime": "vllm", "runs": 0}, label="preflight-bench")

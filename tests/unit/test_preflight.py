@@ -2,7 +2,8 @@ import os
 
 import pytest
 
-from preflight import (catalog_problems, choice_problems, cluster_problems, cluster_ranks,
+from models import catalog_problems
+from preflight import (choice_problems, cluster_problems, cluster_ranks,
                        positive_int_problems, role_argument_specs, role_input_problems)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
