@@ -240,8 +240,10 @@ class Node:
         run(in_ns + ["addr", "add", "%s/%d" % (address, prefix_len), "dev", "eth0"])
         run(in_ns + ["link", "set", "eth0", "up"])
         run(in_ns + ["route", "add", "default", "via", gateway])
+        # The host may still hold the MAC of this address's previous incarnation.
+        run(["ip", "neigh", "flush", "to", address, "dev", bridge], check=False)
 
-    def _start_sshd(self, address: str, timeout: float = 15.0) -> None:
+    def _start_sshd(self, address: str, timeout: float = 30.0) -> None:
         run(["ip", "netns", "exec", self.netns, "chroot", self.root, "/usr/sbin/sshd"])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -29,7 +29,9 @@ def test_prima_built_at_the_pinned_commit(site_runs, name):
     linked = host.check_output("ldd %s" % cli.path)
     assert "libhighs.so" in linked and "libzmq.so" in linked and "not found" not in linked
     version = host.run("%s --version" % cli.path)
-    assert version.rc == 0 and COMMIT[:7] in version.stdout + version.stderr, version.stderr
+    said = version.stdout + version.stderr
+    assert version.rc == 0 and COMMIT[:7] in said, said
+    assert "gcc-9" in said, "not built with the toolchain's gcc-9: " + said
 
 
 def test_prima_build_seconds_recorded(site_runs):
