@@ -6,7 +6,6 @@ directory is the node's root or that live in its namespace.
 """
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -261,20 +260,3 @@ def _write(path: str, content: str, mode: Optional[int] = None) -> None:
         handle.write(content)
     if mode is not None:
         os.chmod(path, mode)
-
-
-def existing_nodes(nodes_dir: str) -> List[str]:
-    """Nodes left by any earlier run: node directories and psb- namespaces."""
-    names = set()
-    if os.path.isdir(nodes_dir):
-        names.update(entry for entry in os.listdir(nodes_dir) if os.path.isdir(os.path.join(nodes_dir, entry)))
-    if os.path.isdir("/run/netns"):
-        names.update(entry[len(NETNS_PREFIX):] for entry in os.listdir("/run/netns") if entry.startswith(NETNS_PREFIX))
-    return sorted(names)
-
-
-def remove_tree(path: str) -> None:
-    if os.path.exists(path):
-        if mounts_under(read_mountinfo(), path):
-            raise SandboxError("refusing to delete %s: something is still mounted there" % path)
-        shutil.rmtree(path)
