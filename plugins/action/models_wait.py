@@ -5,6 +5,7 @@ the job with async_status and, every `interval` seconds, reads the progress file
 download keeps and prints bytes, percent and rate for the host. Returns the job's result.
 """
 
+import base64
 import json
 import time
 
@@ -69,8 +70,6 @@ class ActionModule(ActionBase):
                                       module_args={"src": path})
         if answer.get("failed") or "content" not in answer:
             return "%s: download starting" % host
-        import base64
-
         try:
             progress = json.loads(base64.b64decode(answer["content"]).decode("utf-8"))
         except ValueError:
