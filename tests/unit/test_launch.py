@@ -1,0 +1,232 @@
+"""The launch plan (who runs what, with which arguments) and the rendered units."""
+
+import os
+import shutil
+import subprocess
+
+import jinja2
+import pytest
+
+from launch import GIB, MIB, host_units, launch_plan, launch_plans, rank_hosts, usable_bytes, weights_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8 * 1000}]}
+SPLIT = {"n_layer": 80, "files": [{"name": "m-00002-of-00002.gguf", "size": 1}, {"name": "m-00001-of-00002.gguf",
+                                                                                  "size": 1}]}
+OPTIONS = {"models_dir": "/opt/models", "state_dir": "/var/lib/prima-bench", "prima_cli": "/opt/prima/current/bin/llama-cli",
+           "completion": "/opt/llama.cpp/current/bin/llama-completion",
+           "rpc_server": "/opt/llama.cpp/current/bin/ggml-rpc-server", "rpc_port": 50052, "rpc_server_extra_args": [],
+           "tensor_split": "", "layer_window": "auto", "prefetch": False, "data_port_base": 9000,
+           "signal_port_base": 10000, "threads": 0, "prompt": "Once upon a time", "n_predict": 32, "ctx_size": 512,
+           "seed": 42}
+
+
+def nodes(count, ram_gib=24, vram_gib=0):
+    return [{"host": "n%d" % rank, "address": "10.77.0.%d" % (10 + rank), "cores": 2,
+             "memory": {"ram": ram_gib * GIB, "vram": vram_gib * GIB, "total": (ram_gib + vram_gib) * GIB}}
+            for rank in range(count)]
+
+
+def plan_for(runtime, count, **options):
+    plans = launch_plans(nodes(count), [runtime], ["tiny"], {"tiny": TINY}, dict(OPTIONS, **options))
+    return plans["%s-tiny" % runtime]
+
+
+def test_rank_hosts_in_rank_order_and_cut_to_world():
+    assert rank_hosts({"b": 1, "a": 2, "c": 0}) == ["c", "b", "a"]
+    assert rank_hosts({"b": 1, "a": 2, "c": 0}, 2) == ["c", "b"]
+    assert rank_hosts({"b": 1, "a": 0}, "") == ["a", "b"]
+
+
+def test_usable_memory_prefers_the_inventory_gpu_mem():
+    assert usable_bytes({"memtotal_mb": 4096}, None, 2048) == {"ram": 2048 * MIB, "vram": 0, "total": 2048 * MIB}
+    facts = {"memtotal_mb": 43008, "cuda_gpus": [{"memory_mib": 24564}]}
+    assert usable_bytes(facts, None, 2048)["vram"] == 24564 * MIB
+    assert usable_bytes(facts, "20", 2048)["vram"] == 20 * GIB
+
+
+def test_weights_path_is_the_first_part_of_a_split_model():
+    assert weights_path(SPLIT, "/opt/models/") == "/opt/models/m-00001-of-00002.gguf"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_prima_ring(world):
+    plan = plan_for("prima", world)
+    units = [plan["units"]["n%d" % rank] for rank in range(world)]
+    for rank, unit in enumerate(units):
+        argv = unit["argv"]
+        assert argv[argv.index("--rank") + 1] == str(rank)
+        assert argv[argv.index("--world") + 1] == str(world)
+        assert argv[argv.index("--master") + 1] == "10.77.0.10"
+        assert argv[argv.index("--next") + 1] == "10.77.0.%d" % (10 + (rank + 1) % world)
+        assert argv[argv.index("-t") + 1] == "2"
+        assert unit["listen"] == [9000 + rank, 10000 + rank]
+        assert ("-p" in argv) == (rank == 0) and ("-lw" in argv) == (rank == 0)
+    assert sum(plan["window"]) == 8 and len(plan["window"]) == world
+    assert units[0]["argv"][units[0]["argv"].index("-lw") + 1] == ",".join(map(str, plan["window"]))
+    assert plan["fit_problems"] == []
+
+
+def test_prima_gpu_layers_and_allocator_mode():
+    plans = launch_plans(nodes(2, ram_gib=4, vram_gib=24), ["prima"], ["m"],
+                         {"m": {"n_layer": 80, "files": [{"name": "m.gguf", "size": 80 * GIB // 2}]}}, OPTIONS)
+    plan = plans["prima-m"]
+    assert plan["window"] == [40, 40] and plan["gpu_layers"] == [40, 40]
+    assert "-ngl" in plan["units"]["n1"]["argv"]
+    prima_mode = launch_plans(nodes(2, vram_gib=8), ["prima"], ["tiny"], {"tiny": TINY},
+                              dict(OPTIONS, layer_window="prima"))["prima-tiny"]
+    assert prima_mode["window"] is None and "-lw" not in prima_mode["units"]["n0"]["argv"]
+    assert prima_mode["units"]["n1"]["argv"][-2:] == ["--gpu-mem", "8"]
+
+
+def test_prima_explicit_window_is_checked():
+    assert plan_for("prima", 3, layer_window=[4, 2, 2])["window"] == [4, 2, 2]
+    assert plan_for("prima", 3, layer_window="2,3,3")["window"] == [2, 3, 3]
+    with pytest.raises(ValueError, match="sum to n_layer 8"):
+        plan_for("prima", 3, layer_window=[4, 4, 4])
+
+
+def test_prima_fit_problem_names_rank_and_sizes():
+    plans = launch_plans(nodes(2, ram_gib=4), ["prima"], ["m"],
+                         {"m": {"n_layer": 80, "files": [{"name": "m.gguf", "size": 40 * GIB}]}},
+                         dict(OPTIONS, layer_window=[70, 10]))  # 0.5 GiB a layer, 4 GiB each
+    problems = plans["prima-m"]["fit_problems"]
+    assert problems[0].startswith("rank 0 (n0): 70 layers need 35.00 GiB, 4.00 GiB usable")
+    assert problems[1].startswith("rank 1 (n1): 10 layers need 5.00 GiB, 4.00 GiB usable")
+    fits = launch_plans(nodes(2, ram_gib=40), ["prima"], ["m"],
+                        {"m": {"n_layer": 80, "files": [{"name": "m.gguf", "size": 40 * GIB}]}}, OPTIONS)
+    assert fits["prima-m"]["fit_problems"] == []
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_llama_rpc(world):
+    plan = plan_for("llama_rpc", world)
+    head = plan["units"]["n0"]["argv"]
+    assert head[0].endswith("llama-completion") and "-no-cnv" in head
+    if world == 1:
+        assert "--rpc" not in head
+    else:
+        assert head[head.index("--rpc") + 1] == ",".join("10.77.0.%d:50052" % (10 + rank) for rank in range(1, world))
+    for rank in range(1, world):
+        unit = plan["units"]["n%d" % rank]
+        assert unit["argv"][1:5] == ["-H", "10.77.0.%d" % (10 + rank), "-p", "50052"]  # never 0.0.0.0
+        assert unit["env"] == {"LLAMA_CACHE": "/var/lib/prima-bench/llama_rpc-tiny/cache"}
+        assert unit["role"] == "worker" and unit["listen"] == [50052]
+
+
+def test_single_uses_rank_0_only():
+    plan = plan_for("single", 3)
+    assert list(plan["units"]) == ["n0"] and plan["world"] == 1 and "--rpc" not in plan["units"]["n0"]["argv"]
+
+
+def test_unknown_runtime_and_model():
+    with pytest.raises(ValueError, match="runtime 'mpi'"):
+        launch_plan("mpi", ["n0"], ["10.0.0.1"], [{"total": 1, "vram": 0}], TINY, OPTIONS)
+    with pytest.raises(ValueError, match="model 'huge' is not in the catalog"):
+        launch_plans(nodes(1), ["single"], ["huge"], {"tiny": TINY}, OPTIONS)
+
+
+def test_host_units_are_flat_and_named():
+    plans = launch_plans(nodes(2), ["prima", "llama_rpc"], ["tiny"], {"tiny": TINY}, OPTIONS)
+    units = host_units(plans, "n1")
+    assert [(unit["name"], unit["role"], unit["rank"]) for unit in units] == [("llama_rpc-tiny", "worker", 1),
+                                                                              ("prima-tiny", "worker", 1)]
+    assert units[1]["state_dir"] == "/var/lib/prima-bench/prima-tiny"
+
+
+def render(template, unit, **extra):
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates", "launch")),
+                             undefined=jinja2.StrictUndefined)
+    env.filters["quote"] = __import__("shlex").quote
+    values = {"unit": unit, "launch_script": "/etc/prima-bench/%s.sh" % unit["name"], "launch_timeout_s": 30,
+              "launch_stop_grace_s": 2, "ansible_managed": "test"}
+    values.update(extra)
+    return env.get_template(template).render(**values)
+
+
+def test_systemd_unit_renders_and_verifies(tmp_path):
+    plans = launch_plans(nodes(2), ["llama_rpc"], ["tiny"], {"tiny": TINY}, OPTIONS)
+    unit = host_units(plans, "n1")[0]
+    text = render("rank.service.j2", unit)
+    assert "ExecStart=/etc/prima-bench/llama_rpc-tiny.sh run" in text
+    assert "KillMode=control-group" in text and "TimeoutStopSec=2" in text
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed here; the rendered unit was checked by content only")
+    script = tmp_path / "llama_rpc-tiny.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    unit_file = tmp_path / "prima-bench-llama_rpc-tiny.service"
+    unit_file.write_text(text.replace("/etc/prima-bench/llama_rpc-tiny.sh", str(script))
+                         .replace("/var/lib/prima-bench/llama_rpc-tiny", str(tmp_path)))
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit_file)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr
+
+
+def launcher(tmp_path, argv, listen=(), timeout_s=30):
+    unit = {"name": "t", "runtime": "single", "role": "head", "rank": 0, "world": 1, "model": "tiny", "argv": argv,
+            "env": {"LLAMA_CACHE": str(tmp_path / "cache")}, "listen": list(listen),
+            "state_dir": str(tmp_path / "state")}
+    script = tmp_path / "t.sh"
+    script.write_text(render("rank.sh.j2", unit, launch_script=str(script), launch_timeout_s=timeout_s))
+    script.chmod(0o755)
+    return str(script), tmp_path / "state"
+
+
+def sh(*argv):
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+
+
+def test_launcher_runs_in_the_foreground_and_keeps_everything(tmp_path):
+    script, state = launcher(tmp_path, ["sh", "-c", "echo out; echo err with 'quotes' >&2; echo $LLAMA_CACHE; exit 3"])
+    assert sh("bash", "-n", script).returncode == 0
+    assert sh(script, "run").returncode == 3
+    assert (state / "exit").read_text() == "3\n"
+    assert (state / "stdout").read_text() == "out\n%s\n" % (tmp_path / "cache")
+    assert (state / "stderr").read_text() == "err with quotes\n"
+    assert "echo\\ out" in (state / "command.txt").read_text()
+    assert '"running": false' in sh(script, "status").stdout and '"exit": 3' in sh(script, "status").stdout
+
+
+def test_launcher_times_out_with_124(tmp_path):
+    script, state = launcher(tmp_path, ["sleep", "30"], timeout_s=1)
+    assert sh(script, "run").returncode == 124 and (state / "exit").read_text() == "124\n"
+
+
+def test_launcher_start_stop_leaves_nothing(tmp_path):
+    script, state = launcher(tmp_path, ["sleep", "300"])
+    assert sh(script, "start").returncode == 0
+    status = sh(script, "status").stdout
+    assert '"running": true' in status
+    assert sh(script, "start").returncode == 1  # refuses a second copy
+    pid = int((state / "child.pid").read_text())
+    assert sh(script, "stop").returncode == 0
+    assert not os.path.exists("/proc/%d" % pid) or "sleep" not in open("/proc/%d/cmdline" % pid).read()
+    assert '"running": false' in sh(script, "status").stdout
+
+
+def test_launcher_stop_kills_what_ignores_sigterm(tmp_path):
+    script, state = launcher(tmp_path, ["sh", "-c", "trap '' TERM; sleep 300 & wait; sleep 300"])
+    assert sh(script, "start").returncode == 0
+    started = sh(script, "stop")
+    assert started.returncode == 0, started.stderr
+    assert '"running": false' in sh(script, "status").stdout
+
+
+def test_launcher_listening_fails_fast_when_the_rank_exits(tmp_path):
+    script, state = launcher(tmp_path, ["sh", "-c", "echo bad flag >&2; exit 0"], listen=[1])
+    assert sh(script, "start").returncode == 0
+    waited = sh(script, "listening", "20")
+    assert waited.returncode == 1 and "exited with status 0 before listening" in waited.stderr
+
+
+def test_launcher_listening_sees_a_listener(tmp_path):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        script, _ = launcher(tmp_path, ["sleep", "30"], listen=[server.getsockname()[1]])
+        assert sh(script, "listening", "5").returncode == 0
+    script, _ = launcher(tmp_path, ["sleep", "30"], listen=[1])
+    late = sh(script, "listening", "1")
+    assert late.returncode == 1 and "not listening on 1 after 1 s" in late.stderr
