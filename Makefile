@@ -1,5 +1,5 @@
 # Two commands for a fresh Debian/Ubuntu machine, as root:
-#   make demo   the sandbox cluster up, site.yml on it
+#   make demo   the sandbox cluster up, site.yml on it, bench.yml on the tiny model
 #   make test   the whole test suite (unit, lint, integration on the sandbox)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -10,10 +10,10 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox.yml
 PYTEST_ARGS ?=
 
-.PHONY: help venv host-deps demo test unit lint sandbox-up sandbox-down sandbox-purge site-sandbox
+.PHONY: help venv host-deps demo test unit lint sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
 
 help:
-	@echo "make demo           sandbox cluster up, then site.yml on it"
+	@echo "make demo           sandbox cluster up, site.yml on it, then bench.yml (prints the report)"
 	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
 	@echo "make unit | lint    parts of it"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
@@ -49,8 +49,13 @@ sandbox-purge: venv
 site-sandbox: venv
 	$(BIN)/ansible-playbook $(SANDBOX) site.yml
 
-demo: sandbox-up site-sandbox
-	@echo "The sandbox cluster is provisioned. Take it down with: make sandbox-down"
+# Every runtime built on the sandbox (prima.cpp only with PRIMA_CPP_MIRROR), tiny model; the
+# callback prints the main table and writes reports/<run-id>/report.md.
+bench-sandbox: venv
+	$(BIN)/ansible-playbook $(SANDBOX) bench.yml -e model=tiny -e runtime=all
+
+demo: sandbox-up site-sandbox bench-sandbox
+	@echo "The sandbox cluster is provisioned and benchmarked (reports/). Take it down with: make sandbox-down"
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

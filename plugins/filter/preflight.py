@@ -153,8 +153,9 @@ def role_argument_specs(roles: Sequence[str], roles_dir: str) -> Dict[str, Any]:
 
 
 def _without_defaults(options: Mapping[str, Any]) -> Dict[str, Any]:
-    """Role defaults are templates evaluated on the node; leave them out of this check."""
-    return {name: {key: value for key, value in spec.items() if key not in ("default", "description")}
+    """Role defaults are templates evaluated on the node, and required inputs come from the plays: leave
+    both out of this check."""
+    return {name: {key: value for key, value in spec.items() if key not in ("default", "description", "required")}
             for name, spec in options.items()}
 
 

@@ -206,6 +206,10 @@ class Node:
         _write(os.path.join(root, "etc/hostname"), self.name + "\n")
         _write(os.path.join(root, "etc/hosts"),
                "127.0.0.1 localhost\n%s %s\n" % (address, self.name))
+        # No nameserver is reachable from a node (everything is by address). The host's
+        # resolv.conf would make each name lookup (Ansible's platform facts look up the
+        # FQDN of the hostname, which is the host's) wait 10 s for a timeout.
+        _write(os.path.join(root, "etc/resolv.conf"), "# the sandbox has no DNS: nodes reach everything by address\n")
         _write(os.path.join(root, "etc/ssh/sshd_config.d/sandbox.conf"),
                "ListenAddress %s\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                "UseDNS no\n" % address)

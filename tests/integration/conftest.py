@@ -46,28 +46,56 @@ class PlaybookRun:
             self.status, self.rc, json.dumps(self.stats), self.log_path, self.stdout[-6000:])
 
 
-def run_playbook(playbook: str, inventory: str = SANDBOX_INVENTORY, extravars: Optional[Dict[str, Any]] = None,
-                 limit: Optional[str] = None, cmdline: Optional[str] = None, label: str = "run") -> PlaybookRun:
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    private = tempfile.mkdtemp(prefix="runner-")
-    started = time.monotonic()
-    runner = ansible_runner.run(
-        private_data_dir=private,
+def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]], limit: Optional[str],
+                 cmdline: Optional[str], envvars: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    return dict(
+        private_data_dir=tempfile.mkdtemp(prefix="runner-"),
         project_dir=REPO,
         playbook=playbook,
         inventory=inventory,
         extravars=dict(PRIMA_EXTRAVARS if inventory == SANDBOX_INVENTORY else {}, **(extravars or {})),
         limit=limit,
         cmdline=cmdline,
-        envvars={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}, **(envvars or {})),
         quiet=True,
         timeout=3600,
     )
+
+
+def _finish(runner, started: float, label: str) -> PlaybookRun:
     seconds = time.monotonic() - started
     log_path = os.path.join(ARTIFACTS, "%s.log" % label)
     with open(log_path, "w") as handle:
         handle.write(runner.stdout.read())
     return PlaybookRun(runner, seconds, log_path)
+
+
+def run_playbook(playbook: str, inventory: str = SANDBOX_INVENTORY, extravars: Optional[Dict[str, Any]] = None,
+                 limit: Optional[str] = None, cmdline: Optional[str] = None, label: str = "run",
+                 envvars: Optional[Dict[str, str]] = None) -> PlaybookRun:
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    started = time.monotonic()
+    runner = ansible_runner.run(**_runner_args(playbook, inventory, extravars, limit, cmdline, envvars))
+    return _finish(runner, started, label)
+
+
+class BackgroundRun:
+    """A playbook running in a thread; finish() waits for it and returns its PlaybookRun."""
+
+    def __init__(self, playbook: str, label: str, **kwargs: Any):
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        self.label = label
+        self.started = time.monotonic()
+        args = _runner_args(playbook, kwargs.get("inventory", SANDBOX_INVENTORY), kwargs.get("extravars"),
+                            kwargs.get("limit"), kwargs.get("cmdline"), kwargs.get("envvars"))
+        self.thread, self.runner = ansible_runner.run_async(**args)
+
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def finish(self, timeout: float = 1800) -> PlaybookRun:
+        self.thread.join(timeout)
+        return _finish(self.runner, self.started, self.label)
 
 
 @pytest.fixture(scope="session")

@@ -139,7 +139,8 @@ def render(template, unit, **extra):
                              undefined=jinja2.StrictUndefined)
     env.filters["quote"] = __import__("shlex").quote
     values = {"unit": unit, "launch_script": "/etc/prima-bench/%s.sh" % unit["name"], "launch_timeout_s": 30,
-              "launch_stop_grace_s": 2, "ansible_managed": "test"}
+              "launch_stop_grace_s": 2, "ansible_managed": "test", "launch_systemd": False,
+              "launch_unit_name": "prima-bench-%s.service" % unit["name"]}
     values.update(extra)
     return env.get_template(template).render(**values)
 
@@ -190,6 +191,26 @@ def test_launcher_runs_in_the_foreground_and_keeps_everything(tmp_path):
 def test_launcher_times_out_with_124(tmp_path):
     script, state = launcher(tmp_path, ["sleep", "30"], timeout_s=1)
     assert sh(script, "run").returncode == 124 and (state / "exit").read_text() == "124\n"
+
+
+def test_launcher_finish_packs_the_run(tmp_path):
+    import json
+    import tarfile
+
+    script, state = launcher(tmp_path, ["sh", "-c", "echo done"])
+    assert sh(script, "run").returncode == 0
+    finished = json.loads(sh(script, "finish").stdout)
+    assert finished == {"before": {"running": False, "pid": finished["before"]["pid"], "exit": 0}, "left_running": False}
+    with tarfile.open(str(state / "run.tar")) as tar:
+        assert sorted(tar.getnames()) == ["command.txt", "exit", "launcher.sh", "stderr", "stdout", "wall_s"]
+
+
+def test_systemd_flavour_starts_and_stops_through_systemctl(tmp_path):
+    plans = launch_plans(nodes(2), ["llama_rpc"], ["tiny"], {"tiny": TINY}, OPTIONS)
+    text = render("rank.sh.j2", host_units(plans, "n1")[0], launch_systemd=True)
+    assert "systemctl start prima-bench-llama_rpc-tiny.service" in text
+    assert "systemctl stop prima-bench-llama_rpc-tiny.service" in text and "setsid" not in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
 def test_launcher_start_stop_leaves_nothing(tmp_path):

@@ -1,0 +1,173 @@
+"""Aggregate measured runs and lay them out as markdown tables (pure functions, standard library)."""
+
+import math
+import statistics
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
+Number = Optional[float]
+
+
+def summarize(values: Sequence[Any]) -> Dict[str, Any]:
+    """n, median, min, max and sample stddev of the numbers among `values` (None and inf skipped)."""
+    numbers = [float(value) for value in values
+               if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)]
+    if not numbers:
+        return {"n": 0, "median": None, "min": None, "max": None, "stddev": None}
+    return {"n": len(numbers), "median": statistics.median(numbers), "min": min(numbers), "max": max(numbers),
+            "stddev": statistics.stdev(numbers) if len(numbers) > 1 else 0.0}
+
+
+def derived(perf: Mapping[str, Any]) -> Dict[str, Number]:
+    """ms per generated token, and time to first token: prompt eval plus one token."""
+    eval_ms, runs, prompt_ms = perf.get("eval_ms"), perf.get("eval_runs"), perf.get("prompt_ms")
+    ms_per_token = eval_ms / runs if eval_ms is not None and runs else None
+    ttft = prompt_ms + ms_per_token if prompt_ms is not None and ms_per_token is not None else None
+    return {"ms_per_token": ms_per_token, "ttft_ms": ttft}
+
+
+def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
+    """One results.jsonl object: the run's record with the derived figures beside the parsed ones."""
+    line = dict(record)
+    line.update(derived(record.get("perf") or {}))
+    return line
+
+
+METRICS = (("prompt_tps", "perf"), ("eval_tps", "perf"), ("ms_per_token", "derived"), ("ttft_ms", "derived"))
+
+
+def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per runtime x model x link over the measured (not warm-up) runs, in first-seen order."""
+    groups = {}  # type: Dict[Tuple[str, str, str], List[Mapping[str, Any]]]
+    for record in records:
+        if record.get("warmup"):
+            continue
+        groups.setdefault((record["runtime"], record["model"], record.get("link", "")), []).append(record)
+    rows = []
+    for (runtime, model, link), runs in groups.items():
+        lines = [result_line(run) for run in runs]
+        row = {"runtime": runtime, "model": model, "link": link, "runs": len(runs), "world": runs[0]["world"],
+               "split": runs[0].get("split", ""), "build": runs[0].get("build", ""),
+               "hosts": runs[0].get("hosts", [])}
+        for metric, _ in METRICS:
+            row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
+        rows.append(row)
+    return rows
+
+
+def _fmt(value: Number, digits: int = 2) -> str:
+    return "—" if value is None else "%.*f" % (digits, value)
+
+
+def spread(summary: Mapping[str, Any], digits: int = 2) -> str:
+    if not summary or summary.get("median") is None:
+        return "—"
+    return "%s ± %s" % (_fmt(summary["median"], digits), _fmt(summary["stddev"], digits))
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+def results_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token."""
+    headers = ["Runtime", "Model", "Link", "World", "Split", "Build", "Prompt t/s", "Decode t/s", "ms/token",
+               "TTFT ms", "Runs"]
+    body = [[RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"], row["world"],
+             row["split"], row["build"], spread(row["prompt_tps"]), spread(row["eval_tps"]),
+             spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), row["runs"]] for row in rows]
+    return markdown_table(headers, body)
+
+
+def runtimes_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """(b) the runtimes side by side on the same nodes: ms per token (decode t/s), per model and link."""
+    runtimes = [runtime for runtime in RUNTIME_TITLES if any(row["runtime"] == runtime for row in rows)]
+    keyed = {(row["model"], row["link"], row["runtime"]): row for row in rows}
+    pairs = []  # type: List[Tuple[str, str]]
+    for row in rows:
+        if (row["model"], row["link"]) not in pairs:
+            pairs.append((row["model"], row["link"]))
+    body = []
+    for model, link in pairs:
+        cells = [model, link]
+        for runtime in runtimes:
+            row = keyed.get((model, link, runtime))
+            cells.append("%s ms (%s t/s)" % (_fmt(row["ms_per_token"]["median"]), _fmt(row["eval_tps"]["median"]))
+                         if row else "—")
+        body.append(cells)
+    return markdown_table(["Model", "Link"] + [RUNTIME_TITLES[runtime] for runtime in runtimes], body)
+
+
+PROFILE_ROWS = (("gpu", "GPU", None), ("vram_gib", "VRAM (GiB)", 1), ("ram_gib", "RAM (GiB)", 1),
+                ("disk_read_gbs", "Disk read (GB/s)", 2), ("cpu_cores", "CPU cores", None))
+
+
+def profile_table(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """(c) the cluster profile, one column per rank."""
+    headers = ["Property"] + ["Rank %s (%s)" % (node["rank"], node["host"]) for node in nodes]
+    body = []
+    for key, title, digits in PROFILE_ROWS:
+        cells = []
+        for node in nodes:
+            value = node.get(key)
+            if value in (None, ""):
+                cells.append("—")
+            else:
+                cells.append(_fmt(float(value), digits) if digits is not None else str(value))
+        body.append([title] + cells)
+    return markdown_table(headers, body)
+
+
+def runs_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Every run, warm-ups included, with its own figures and the split each rank really used."""
+    headers = ["Unit", "Run", "Prompt tokens", "Prompt t/s", "Decode runs", "Decode t/s", "Total ms", "Ranks used"]
+    body = []
+    for record in records:
+        perf = record.get("perf") or {}
+        used = ", ".join("r%s %s" % (rank["rank"], "removed" if rank["removed"] else "lw %s ngl %s" % (
+            rank["window"], rank["gpu_layers"])) for rank in record.get("ranks", [])) or "—"
+        label = "warm-up %s" % record.get("run_index") if record.get("warmup") else "run %s" % record.get("run_index")
+        body.append([record["unit"], label, _fmt(perf.get("prompt_tokens"), 0), _fmt(perf.get("prompt_tps")),
+                     _fmt(perf.get("eval_runs"), 0), _fmt(perf.get("eval_tps")), _fmt(perf.get("total_ms")), used])
+    return markdown_table(headers, body)
+
+
+def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    rows = aggregate(records)
+    return {
+        "run_id": records[0]["run_id"] if records else "",
+        "finished": records[-1].get("finished", "") if records else "",
+        "results_table": results_table(rows),
+        "runtimes_table": runtimes_table(rows),
+        "profile_table": profile_table(profile) if profile else "",
+        "runs_table": runs_table(records),
+        "rows": rows,
+    }
+
+
+def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
+    """Append one JSON line per measured run; earlier lines stay as they are."""
+    import json
+
+    measured = [result_line(record) for record in records if not record.get("warmup")]
+    with open(path, "a", encoding="utf-8") as handle:
+        for line in measured:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+    return len(measured)
+
+
+def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
+                  template: Optional[str] = None) -> Tuple[str, str]:
+    """report.md from templates/report.md.j2, and the main table for the console."""
+    import jinja2
+    import os
+
+    path = template or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates", "report.md.j2")
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    context = report_context(records, profile)
+    text = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined).from_string(source)
+    return text.render(**context), context["results_table"]

@@ -1,0 +1,115 @@
+"""One benchmark run, judged from what every rank left behind (pure functions, standard library).
+
+The bench role collects, per rank: whether the worker listened, its status before it was
+stopped (running, exit status), whether the stop left nothing behind, and its stderr.
+`rank_problems` turns that into messages a person can act on; `run_record` into the
+figures the report and results.jsonl are made of.
+"""
+
+import signal
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from benchlog import parse_prima_rank
+from perflog import parse_perf
+
+# Exit statuses of `timeout CMD` and of a shell's child: 124 is timeout's own.
+NAMED_STATUSES = {
+    0: "ok",
+    1: "error",
+    124: "hang: killed by its timeout",
+    125: "timeout(1) itself failed",
+    126: "not executable",
+    127: "command not found",
+    134: "abort (SIGABRT)",
+    137: "killed (SIGKILL)",
+    139: "segfault (SIGSEGV)",
+    141: "broken pipe (SIGPIPE): its peer went away",
+    143: "terminated (SIGTERM)",
+}
+
+
+def exit_meaning(status: Optional[int]) -> str:
+    if status is None:
+        return "still running"
+    if status in NAMED_STATUSES:
+        return NAMED_STATUSES[status]
+    if status > 128:
+        try:
+            return "killed by %s" % signal.Signals(status - 128).name
+        except ValueError:
+            return "killed by signal %d" % (status - 128)
+    return "error"
+
+
+def tail(text: str, lines: int) -> str:
+    kept = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+    return "\n".join(kept[-lines:]) if lines > 0 else ""
+
+
+def _who(rank: Mapping[str, Any], runtime: str) -> str:
+    return "rank %d (%s, %s %s)" % (rank["rank"], rank["host"], runtime, rank["role"])
+
+
+def _rank_problem(rank: Mapping[str, Any], runtime: str, head_ran: bool) -> Optional[str]:
+    status = rank.get("exit")
+    who = _who(rank, runtime)
+    if rank.get("listen_error"):
+        return "%s did not start: %s" % (who, rank["listen_error"])
+    if rank["role"] == "head":
+        if not head_ran:
+            return None
+        if status != 0:
+            return "%s exited %s: %s" % (who, status, exit_meaning(status))
+        return None
+    if status is None:
+        return None
+    removed = runtime == "prima" and parse_prima_rank(rank.get("stderr", ""))["removed"]
+    if runtime == "prima" and (status == 0 or removed):
+        return None
+    return "%s exited %s during the run: %s" % (who, status, exit_meaning(status))
+
+
+def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: int = 15) -> List[str]:
+    """What went wrong, worst first: ranks that never started, workers that died, the head.
+
+    A prima.cpp worker exits 0 a second after the head (or when the allocator leaves it no
+    layer); a ggml-rpc-server never exits on its own, even a start-up error exits 0, so any
+    exit of an RPC worker before it was stopped is a failure.
+    """
+    head_ran = any(rank["role"] == "head" and rank.get("exit") is not None for rank in ranks)
+    problems = []  # type: List[str]
+    ordered = sorted(ranks, key=lambda rank: (rank["role"] == "head", rank["rank"]))
+    for rank in ordered:
+        problem = _rank_problem(rank, runtime, head_ran)
+        if problem:
+            last = tail(rank.get("stderr", ""), tail_lines)
+            problems.append(problem + ("\n  last lines of its stderr:\n    " + last.replace("\n", "\n    ")
+                                       if last else "\n  (its stderr is empty)"))
+    for rank in ordered:
+        if rank.get("left_running"):
+            problems.append("%s is still running after SIGKILL (pid %s): stop it by hand"
+                            % (_who(rank, runtime), rank.get("pid")))
+    return problems
+
+
+def run_record(plan: Mapping[str, Any], ranks: Sequence[Mapping[str, Any]], head_stderr: str,
+               meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """The figures of one run: the head's perf lines, the split each prima.cpp rank used."""
+    figures = parse_perf(head_stderr) or {}
+    record = dict(meta)
+    record.update({
+        "runtime": plan["runtime"], "model": plan["model"], "unit": plan["name"], "world": plan["world"],
+        "hosts": list(plan["hosts"]), "split": plan["split"], "perf": figures,
+    })
+    if plan["runtime"] == "prima":
+        used = []
+        for rank in sorted(ranks, key=lambda item: item["rank"]):
+            parsed = parse_prima_rank(rank.get("stderr", ""))
+            used.append({"rank": rank["rank"], "host": rank["host"], "window": parsed["window"],
+                         "gpu_layers": parsed["gpu_layers"], "removed": parsed["removed"]})
+        record["ranks"] = used
+        if plan.get("window") is None:
+            kept = [item for item in used if not item["removed"]]
+            record["split"] = "prima.cpp allocator: " + ",".join(
+                "%s=%s" % (item["host"], item["window"]) for item in kept)
+    return record

@@ -1,0 +1,113 @@
+"""bench.yml's checks across ranks (pure functions over hostvars-like mappings)."""
+
+import json
+from typing import Any, Dict, List, Mapping, Sequence
+
+# Which local fact holds each runtime's build, and which binaries of it the ranks run.
+BUILD_FACTS = {
+    "prima": ("prima", lambda fact: {"llama-cli": fact.get("llama_cli_sha256")}),
+    "llama_rpc": ("llama_cpp", lambda fact: {name: (fact.get("binaries_sha256") or {}).get(name)
+                                             for name in ("ggml-rpc-server", "llama-completion")}),
+    "single": ("llama_cpp", lambda fact: {"llama-completion": (fact.get("binaries_sha256") or {}).get("llama-completion")}),
+}
+
+
+def _local(hostvars: Mapping[str, Any], host: str) -> Mapping[str, Any]:
+    return (hostvars[host].get("ansible_local") or {}) if hasattr(hostvars[host], "get") else {}
+
+
+def build_problems(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[str]:
+    """Every rank of the plan runs the same commit and the same binary bytes."""
+    fact_name, binaries = BUILD_FACTS[plan["runtime"]]
+    seen = {}  # type: Dict[str, Any]
+    problems = []
+    for host in plan["hosts"]:
+        fact = _local(hostvars, host).get(fact_name)
+        if not fact:
+            problems.append("%s: host %s has no %s build (no /etc/ansible/facts.d/%s.fact): run site.yml on it"
+                            % (plan["name"], host, fact_name, fact_name))
+            continue
+        seen[host] = {"commit": fact.get("commit"), "sha256": binaries(fact)}
+    if len({repr(value) for value in seen.values()}) > 1:
+        detail = "; ".join("%s: commit %s, %s" % (host, value["commit"], ", ".join(
+            "%s %s" % (name, (digest or "?")[:12]) for name, digest in sorted(value["sha256"].items())))
+            for host, value in sorted(seen.items()))
+        problems.append("%s: the ranks run different builds (%s): run site.yml so every node builds the same "
+                        "commit" % (plan["name"], detail))
+    return problems
+
+
+def weights_problems(plan: Mapping[str, Any], hostvars: Mapping[str, Any], catalog: Mapping[str, Any]) -> List[str]:
+    """Every rank has every file of the model, verified, with the same digest."""
+    problems = []
+    for spec in catalog[plan["model"]]["files"]:
+        digests = {}
+        for host in plan["hosts"]:
+            entry = (_local(hostvars, host).get("models") or {}).get(spec["name"])
+            if not entry or not entry.get("sha256"):
+                problems.append("%s: host %s has no verified %s: run site.yml -e model=%s"
+                                % (plan["name"], host, spec["name"], plan["model"]))
+            else:
+                digests[host] = entry["sha256"]
+        if len(set(digests.values())) > 1:
+            problems.append("%s: %s differs between nodes (%s): run site.yml -e model=%s to re-verify"
+                            % (plan["name"], spec["name"], ", ".join("%s %s" % (host, digest[:12]) for host, digest
+                                                                     in sorted(digests.items())), plan["model"]))
+    return problems
+
+
+def agreement_problems(plans: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any],
+                       catalog: Mapping[str, Any]) -> List[str]:
+    problems = []
+    for plan in plans:
+        problems += build_problems(plan, hostvars) + weights_problems(plan, hostvars, catalog)
+        problems += ["%s: %s" % (plan["name"], problem) for problem in plan.get("fit_problems", [])]
+    return problems
+
+
+def probe_spec(plans: Sequence[Mapping[str, Any]], host: str) -> Dict[str, Any]:
+    """What this host listens on during the runs, and the peers' ports it connects to."""
+    ports, targets = [], []  # type: List[int], List[str]
+    for plan in plans:
+        unit = plan["units"].get(host)
+        if unit is None:
+            continue
+        ports += [port for port in unit["listen"] if port not in ports]
+        if plan["runtime"] == "prima":
+            hosts = plan["hosts"]
+            peer = hosts[(hosts.index(host) + 1) % len(hosts)]
+            peers = [peer]
+        elif plan["runtime"] == "llama_rpc" and unit["role"] == "head":
+            peers = [peer for peer in plan["hosts"] if peer != host]
+        else:
+            peers = []
+        for peer in peers:
+            targets += ["%s:%d" % (plan["addresses"][peer], port) for port in plan["units"][peer]["listen"]
+                        if "%s:%d" % (plan["addresses"][peer], port) not in targets]
+    return {"ports": ports, "targets": targets, "expect": 1 if ports else 0}
+
+
+def rank_reports(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """What each rank's host registered during one run (listening, then `finish`), for the run's judgement."""
+    reports = []
+    for host in plan["hosts"]:
+        unit = plan["units"][host]
+        listen = hostvars[host].get("bench_listen") or {}
+        finish = json.loads((hostvars[host].get("bench_finish") or {}).get("stdout") or "{}")
+        before = finish.get("before") or {}
+        reports.append({
+            "host": host, "rank": unit["rank"], "role": unit["role"],
+            "listen_error": (listen.get("stderr") or "failed") if listen.get("rc") not in (None, 0) else "",
+            "exit": before.get("exit"), "pid": before.get("pid"),
+            "left_running": bool(finish.get("left_running")),
+        })
+    return reports
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "bench_agreement_problems": agreement_problems,
+            "bench_probe_spec": probe_spec,
+            "bench_rank_reports": rank_reports,
+        }

@@ -1,0 +1,100 @@
+#!/usr/bin/python
+"""Ansible module: listen on this rank's ports and reach the peers' ports, all nodes at once."""
+
+DOCUMENTATION = r"""
+---
+module: ring_probe
+short_description: Check that a rank's ports are free and that it reaches its peers' ports
+description:
+  - Listens on C(ports) at C(address) (a port in use fails at once, naming it) while connecting
+    to every C(targets) entry, retrying until C(timeout_s). Run it on every rank in the same
+    task, so each rank's temporary listener answers the others' checks; no rank process is needed.
+  - Reports the TCP handshake time to each target, the peers that connected to each port,
+    and fails naming every target it could not reach.
+options:
+  address:
+    description: This node's cluster address, where its rank listens.
+    type: str
+    required: true
+  ports:
+    description: Ports this rank listens on during a run.
+    type: list
+    elements: int
+    default: []
+  targets:
+    description: host:port strings this rank connects to during a run.
+    type: list
+    elements: str
+    default: []
+  expect:
+    description: Connections each port waits for from peers before the probe ends early.
+    type: int
+    default: 0
+  timeout_s:
+    description: Seconds to wait for the peers' listeners and connections.
+    type: float
+    default: 10
+author: prima-cluster
+"""
+
+EXAMPLES = r"""
+- name: Ports free here, next rank's ports reachable
+  ring_probe:
+    address: 10.77.0.11
+    ports: [9001, 10001]
+    targets: [10.77.0.12:9002, 10.77.0.12:10002]
+    expect: 1
+"""
+
+RETURN = r"""
+rtt_ms:
+  description: TCP handshake time per reached target, in milliseconds.
+  type: dict
+  returned: always
+accepted:
+  description: Peer addresses that connected, per listened port.
+  type: dict
+  returned: always
+missing_peers:
+  description: Ports that got fewer than C(expect) connections (a peer could not reach this node).
+  type: list
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ring_probe import ProbeError, probe
+
+
+def parse_target(text):
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ProbeError("target %r is not host:port" % text)
+    return host, int(port)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            address=dict(type="str", required=True),
+            ports=dict(type="list", elements="int", default=[]),
+            targets=dict(type="list", elements="str", default=[]),
+            expect=dict(type="int", default=0),
+            timeout_s=dict(type="float", default=10.0),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        targets = [parse_target(text) for text in params["targets"]]
+        result = probe(params["address"], params["ports"], targets, params["expect"], params["timeout_s"])
+    except ProbeError as err:
+        module.fail_json(msg=str(err))
+    if result["unreached"]:
+        module.fail_json(msg="cannot reach %s from %s within %gs: check the peer is up and no firewall drops "
+                             "the port" % (", ".join("%s (%s)" % item for item in sorted(result["unreached"].items())),
+                                           params["address"], params["timeout_s"]), **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

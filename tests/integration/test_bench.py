@@ -1,0 +1,168 @@
+"""bench.yml on the sandbox with the tiny model: reports that match the raw logs, and the failure cases."""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import NODES, REPO, BackgroundRun, run_playbook, write_figures
+
+NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
+RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")
+PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
+
+
+@pytest.fixture(scope="module")
+def provisioned(site_runs):
+    return site_runs
+
+
+def bench(reports, run_id, label, background=False, **extravars):
+    args = dict(extravars={"model": "tiny", **extravars}, label=label,
+                envvars={"PRIMA_BENCH_REPORTS_DIR": str(reports), "PRIMA_BENCH_RUN_ID": run_id})
+    if background:
+        return BackgroundRun("bench.yml", **args)
+    return run_playbook("bench.yml", **args)
+
+
+def rank_processes():
+    """Every rank process on any node (the sandbox's nodes share the host's process table)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [line.strip() for line in out.splitlines() if RANK_BINARIES.search(line) and "ps -eo" not in line]
+
+
+def perflog(path):
+    out = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "perflog.py"), path], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)[0]
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def running_child(node, unit):
+    """The pid of the binary the unit runs (the child of its timeout process), once it is up."""
+    try:
+        with open(os.path.join(STATE % (node, unit), "child.pid")) as handle:
+            timeout_pid = handle.read().strip()
+        with open("/proc/%s/task/%s/children" % (timeout_pid, timeout_pid)) as handle:
+            children = handle.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(children[0]) if children else None
+
+
+def assert_clean_failure(result, reports, results_before, *expected):
+    assert result.status == "failed", result.describe()
+    for text in expected:
+        assert text in result.stdout, "%r not in the output\n%s" % (text, result.describe())
+    assert rank_processes() == []
+    assert not os.path.exists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+    results = reports / "results.jsonl"
+    assert (results.read_text() if results.exists() else None) == results_before
+    assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
+
+
+def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    (reports).mkdir()
+    (reports / "results.jsonl").write_text('{"earlier": "line"}\n')
+    result = bench(reports, "all-1", "bench-all", runtime="all", runs=2)
+    assert result.status == "successful", result.describe()
+    lines = (reports / "results.jsonl").read_text().splitlines()
+    assert lines[0] == '{"earlier": "line"}'
+    runs = [json.loads(line) for line in lines[1:]]
+    runtimes = ["prima", "llama_rpc", "single"] if PRIMA else ["llama_rpc", "single"]
+    assert sorted(run["runtime"] for run in runs) == sorted(runtimes * 2)
+    for run in runs:
+        head = run["hosts"][0]
+        label = "run%d" % (run["run_index"])
+        raw = perflog(str(reports / "all-1" / "raw" / head / run["unit"] / label / "stderr"))
+        for key in ("prompt_ms", "prompt_tokens", "prompt_tps", "eval_ms", "eval_runs", "eval_tps", "total_ms"):
+            assert run["perf"][key] == raw[key], (run["unit"], label, key)
+        assert run["world"] == (1 if run["runtime"] == "single" else 3)
+        command = (reports / "all-1" / "raw" / head / run["unit"] / label / "command.txt").read_text()
+        assert "-m /opt/models/tiny.gguf" in command
+    report = (reports / "all-1" / "report.md").read_text()
+    rpc = sorted(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
+    median = (rpc[0] + rpc[1]) / 2
+    assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| 3 \| .* \| %.2f ± " % median, report), report
+    assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
+    assert "| Results" not in result.stdout and "| Runtime | Model | Link |" in result.stdout
+    assert rank_processes() == []
+    assert not os.path.exists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+
+
+def test_one_measured_run_overhead(provisioned, tmp_path):
+    """Figure for the closing note: bench.yml's wall time around the ranks' own run time."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    result = bench(reports, "overhead-1", "bench-overhead", runtime="llama_rpc", runs=1)
+    assert result.status == "successful", result.describe()
+    heads = 0.0
+    for label in ("warmup0", "run1"):
+        run_dir = reports / "overhead-1" / "raw" / "n0" / "llama_rpc-tiny" / label
+        assert (run_dir / "exit").read_text().strip() == "0"
+        heads += float((run_dir / "wall_s").read_text())
+    write_figures("bench-figures.json", {
+        "bench_wall_s": round(result.seconds, 1), "ranks_run_s": round(heads, 1),
+        "overhead_s": round(result.seconds - heads, 1), "measured_runs": 1, "warmup_runs": 1, "nodes": 3,
+        "runtime": "llama_rpc", "command": "bench.yml -e model=tiny -e runtime=llama_rpc -e runs=1"})
+
+
+def test_worker_that_never_starts(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    result = bench(reports, "nostart-1", "bench-worker-never-starts", runtime="llama_rpc", runs=1,
+                   launch_rpc_server_extra_args=["--no-such-flag"])
+    assert_clean_failure(result, reports, None, "rank 1 (n1, llama_rpc worker) did not start",
+                         "exited with status 0 before listening", "last lines of its stderr")
+
+
+@pytest.mark.parametrize("victim, expected", [
+    ("n1", "rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)"),
+    ("n0", "rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)"),
+])
+def test_rank_killed_mid_run(provisioned, tmp_path, victim, expected):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "results.jsonl").write_text("untouched\n")
+    run = bench(reports, "kill-%s" % victim, "bench-kill-%s" % victim, background=True, runtime="llama_rpc",
+                runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=120)
+    # The head decodes for a while: kill the victim once the head has produced output.
+    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
+    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
+             and os.path.getsize(head_out) > 0, 120, "the head to generate")
+    os.kill(running_child(victim, "llama_rpc-tiny"), signal.SIGKILL)
+    result = run.finish()
+    assert_clean_failure(result, reports, "untouched\n", expected)
+
+
+def test_second_bench_is_refused(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    first = bench(reports, "first-1", "bench-first", background=True, runtime="single", runs=1,
+                  launch_n_predict=400, launch_ctx_size=1024)
+    lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
+    wait_for(lambda: os.path.exists(lock), 120, "the first bench.yml to take the lock")
+    second = bench(reports, "second-1", "bench-second", runtime="single", runs=1)
+    assert second.status == "failed", second.describe()
+    assert "another bench.yml is running on this cluster: n0 holds" in second.stdout
+    assert "for run first-1" in second.stdout
+    first_result = first.finish()
+    assert first_result.status == "successful", first_result.describe()
+    assert len((reports / "results.jsonl").read_text().splitlines()) == 1
+    assert rank_processes() == []

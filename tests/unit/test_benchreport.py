@@ -1,0 +1,87 @@
+"""Aggregation of measured runs, results.jsonl and the report tables."""
+
+import json
+
+import pytest
+
+from benchreport import (aggregate, append_results, derived, markdown_table, profile_table, render_report,
+                         results_table, runtimes_table, spread, summarize)
+
+
+def run(runtime, eval_tps, index=1, warmup=False, model="tiny", link="unshaped", eval_ms=1000.0, eval_runs=20,
+        prompt_ms=50.0):
+    return {"run_id": "r1", "runtime": runtime, "model": model, "link": link, "unit": "%s-%s" % (runtime, model),
+            "world": 1 if runtime == "single" else 3, "hosts": ["n0"], "split": "1 node", "build": "0c1e570",
+            "run_index": index, "warmup": warmup, "finished": "2026-12-02T12:00:00+00:00", "run_dir": "/tmp/r1",
+            "perf": {"prompt_tps": 100.0, "prompt_ms": prompt_ms, "prompt_tokens": 5, "eval_tps": eval_tps,
+                     "eval_ms": eval_ms, "eval_runs": eval_runs, "total_ms": 1100.0}}
+
+
+def test_summarize_by_hand():
+    # median of 10, 12, 14 is 12; sample variance ((-2)^2 + 0 + 2^2) / 2 = 4 -> stddev 2
+    assert summarize([12, 10, 14]) == {"n": 3, "median": 12.0, "min": 10.0, "max": 14.0, "stddev": 2.0}
+    assert summarize([5, None, float("inf")]) == {"n": 1, "median": 5.0, "min": 5.0, "max": 5.0, "stddev": 0.0}
+    assert summarize([None])["median"] is None
+
+
+def test_ms_per_token_and_time_to_first_token():
+    # 1000 ms over 20 decode runs = 50 ms/token; TTFT = 50 ms prompt + 50 ms one token
+    assert derived({"eval_ms": 1000.0, "eval_runs": 20, "prompt_ms": 50.0}) == {"ms_per_token": 50.0, "ttft_ms": 100.0}
+    assert derived({"eval_ms": None, "eval_runs": 20, "prompt_ms": 5.0}) == {"ms_per_token": None, "ttft_ms": None}
+
+
+def test_aggregate_skips_warmups_and_groups_by_runtime_model_link():
+    records = [run("single", 99.0, 0, warmup=True), run("single", 10.0), run("single", 14.0, 2),
+               run("single", 12.0, 3), run("llama_rpc", 5.0)]
+    rows = aggregate(records)
+    assert [(row["runtime"], row["runs"]) for row in rows] == [("single", 3), ("llama_rpc", 1)]
+    assert rows[0]["eval_tps"]["median"] == 12.0 and rows[0]["eval_tps"]["stddev"] == 2.0
+    assert rows[0]["ms_per_token"]["median"] == 50.0
+
+
+def test_tables():
+    rows = aggregate([run("single", 10.0), run("llama_rpc", 5.0, eval_ms=2000.0)])
+    table = results_table(rows)
+    assert table.splitlines()[0].startswith("| Runtime | Model | Link | World | Split |")
+    assert "| single node | tiny | unshaped | 1 | 1 node | 0c1e570 | 100.00 ± 0.00 | 10.00 ± 0.00 |" in table
+    side = runtimes_table(rows)
+    assert side.splitlines()[0] == "| Model | Link | llama.cpp RPC | single node |"
+    assert side.splitlines()[2] == "| tiny | unshaped | 100.00 ms (5.00 t/s) | 50.00 ms (10.00 t/s) |"
+    assert spread({"median": None}) == "—"
+    assert markdown_table(["a"], [["x|y"]]).splitlines()[2] == "| x\\|y |"
+
+
+def test_profile_table_one_column_per_rank():
+    table = profile_table([{"rank": 0, "host": "n0", "gpu": "RTX 4090", "vram_gib": 24.0, "ram_gib": 42.0,
+                            "disk_read_gbs": 1.234, "cpu_cores": 10},
+                           {"rank": 1, "host": "n1", "gpu": "", "vram_gib": 0, "ram_gib": 23.5,
+                            "disk_read_gbs": None, "cpu_cores": 2}])
+    lines = table.splitlines()
+    assert lines[0] == "| Property | Rank 0 (n0) | Rank 1 (n1) |"
+    assert "| GPU | RTX 4090 | — |" in lines and "| Disk read (GB/s) | 1.23 | — |" in lines
+    assert "| CPU cores | 10 | 2 |" in lines
+
+
+def test_results_are_appended_never_rewritten(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"earlier": true}\n')
+    assert append_results(str(path), [run("single", 9.0, 0, warmup=True), run("single", 10.0)]) == 1
+    lines = path.read_text().splitlines()
+    assert lines[0] == '{"earlier": true}'
+    assert json.loads(lines[1])["perf"]["eval_tps"] == 10.0 and json.loads(lines[1])["ms_per_token"] == 50.0
+
+
+def test_report_renders_every_section():
+    text, main = render_report([run("single", 10.0), run("llama_rpc", 5.0)],
+                               [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0, "ram_gib": 1, "disk_read_gbs": 1,
+                                 "cpu_cores": 2}])
+    assert text.startswith("# Benchmark r1\n")
+    for heading in ("## Results", "## Runtimes side by side", "## Cluster profile", "## Every run"):
+        assert heading in text
+    assert main in text
+
+
+@pytest.mark.parametrize("profile", [[], None])
+def test_report_without_profile(profile):
+    text, _ = render_report([run("single", 10.0)], profile or [])
+    assert "## Cluster profile" not in text

@@ -1,0 +1,96 @@
+"""Judging a run from its ranks, and the figures a run record carries."""
+
+import os
+
+import pytest
+
+from benchrun import exit_meaning, rank_problems, run_record, tail
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+
+
+def fixture(*parts):
+    with open(os.path.join(FIXTURES, *parts), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def rank(number, role, exit=None, stderr="", **extra):
+    values = {"rank": number, "host": "n%d" % number, "role": role, "exit": exit, "stderr": stderr,
+              "listen_error": "", "left_running": False}
+    values.update(extra)
+    return values
+
+
+@pytest.mark.parametrize("status, meaning", [
+    (None, "still running"), (0, "ok"), (124, "hang: killed by its timeout"), (134, "abort (SIGABRT)"),
+    (139, "segfault (SIGSEGV)"), (141, "broken pipe (SIGPIPE): its peer went away"), (137, "killed (SIGKILL)"),
+    (130, "killed by SIGINT"), (2, "error"),
+])
+def test_exit_meaning(status, meaning):
+    assert exit_meaning(status) == meaning
+
+
+def test_tail_keeps_the_last_non_blank_lines():
+    assert tail("a\r\nb\n\nc\n", 2) == "b\nc"
+    assert tail("a\n", 0) == ""
+
+
+def test_a_clean_rpc_run_has_no_problem():
+    ranks = [rank(0, "head", 0), rank(1, "worker", None), rank(2, "worker", None)]
+    assert rank_problems("llama_rpc", ranks) == []
+
+
+def test_worker_that_never_listened_is_named_first():
+    ranks = [rank(0, "head", None), rank(1, "worker", 0, "error: unknown argument: --bogus",
+                                        listen_error="exited with status 0 before listening")]
+    problems = rank_problems("llama_rpc", ranks)
+    assert len(problems) == 1
+    assert problems[0].startswith("rank 1 (n1, llama_rpc worker) did not start: exited with status 0 before listening")
+    assert "error: unknown argument: --bogus" in problems[0]
+
+
+def test_rpc_worker_killed_mid_run_then_head_abort():
+    ranks = [rank(0, "head", 134, "GGML_ASSERT(...) failed\nAborted"), rank(1, "worker", 137, "accepted client")]
+    problems = rank_problems("llama_rpc", ranks)
+    assert problems[0].startswith("rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)")
+    assert problems[1].startswith("rank 0 (n0, llama_rpc head) exited 134: abort (SIGABRT)")
+    assert "    Aborted" in problems[1]
+
+
+def test_prima_workers_exit_0_after_the_head_and_removed_ranks_are_fine():
+    removed = fixture("benchlog", "prima-b_world3-rank1.stderr")
+    ranks = [rank(0, "head", 0), rank(1, "worker", 0, removed), rank(2, "worker", None)]
+    assert rank_problems("prima", ranks) == []
+
+
+def test_prima_head_hang_after_a_killed_worker():
+    ranks = [rank(0, "head", 124, ""), rank(1, "worker", 137, "a\nb"), rank(2, "worker", None)]
+    problems = rank_problems("prima", ranks, tail_lines=1)
+    assert problems[0] == "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL)\n" \
+                          "  last lines of its stderr:\n    b"
+    assert problems[1] == "rank 0 (n0, prima head) exited 124: hang: killed by its timeout\n  (its stderr is empty)"
+
+
+def test_a_rank_that_survived_sigkill_is_reported():
+    problems = rank_problems("single", [rank(0, "head", 0, left_running=True, pid=42)])
+    assert problems == ["rank 0 (n0, single head) is still running after SIGKILL (pid 42): stop it by hand"]
+
+
+def test_run_record_reads_the_head_and_every_prima_rank():
+    plan = {"runtime": "prima", "model": "tiny", "name": "prima-tiny", "world": 3, "hosts": ["n0", "n1", "n2"],
+            "split": "-lw 3,3,2", "window": [3, 3, 2]}
+    stderr = [fixture("benchlog", "prima-c_world3_lw332-rank%d.stderr" % number) for number in range(3)]
+    ranks = [rank(number, "head" if number == 0 else "worker", 0, stderr[number]) for number in range(3)]
+    record = run_record(plan, ranks, stderr[0], {"run_id": "r1", "warmup": False})
+    assert record["run_id"] == "r1" and record["split"] == "-lw 3,3,2"
+    assert [(item["window"], item["removed"]) for item in record["ranks"]] == [(3, False), (3, False), (2, False)]
+    assert record["perf"]["eval_tps"] is not None and record["perf"]["prompt_tokens"] is not None
+
+
+def test_run_record_names_the_allocators_split():
+    plan = {"runtime": "prima", "model": "tiny", "name": "prima-tiny", "world": 3, "hosts": ["n0", "n1", "n2"],
+            "split": "prima.cpp allocator", "window": None}
+    stderr = [fixture("benchlog", "prima-b_world3-rank%d.stderr" % number) for number in range(3)]
+    ranks = [rank(number, "head" if number == 0 else "worker", 0, stderr[number]) for number in range(3)]
+    record = run_record(plan, ranks, stderr[0], {})
+    assert record["split"] == "prima.cpp allocator: n0=8"

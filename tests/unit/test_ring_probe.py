@@ -1,0 +1,51 @@
+"""The port probe, on loopback: two ranks probing each other at once, a port in use, an unreachable peer."""
+
+import socket
+import threading
+
+import pytest
+
+from ring_probe import ProbeError, probe
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def test_two_ranks_reach_each_other():
+    a, b = free_ports(2)
+    results = {}
+
+    def rank(name, own, peer):
+        results[name] = probe("127.0.0.1", [own], [("127.0.0.1", peer)], 1, 10)
+
+    threads = [threading.Thread(target=rank, args=("a", a, b)), threading.Thread(target=rank, args=("b", b, a))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name, own, peer in (("a", a, b), ("b", b, a)):
+        assert results[name]["unreached"] == {} and results[name]["missing_peers"] == []
+        assert list(results[name]["rtt_ms"]) == ["127.0.0.1:%d" % peer]
+        assert results[name]["accepted"] == {str(own): ["127.0.0.1"]}
+
+
+def test_port_in_use_is_named():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        with pytest.raises(ProbeError, match="port %d on 127.0.0.1 is in use" % port):
+            probe("127.0.0.1", [port], [], 0, 1)
+
+
+def test_unreached_peer_and_missing_connections_are_reported():
+    own, nobody = free_ports(2)
+    result = probe("127.0.0.1", [own], [("127.0.0.1", nobody)], 1, 1)
+    assert "127.0.0.1:%d" % nobody in result["unreached"] and result["missing_peers"] == [own]
