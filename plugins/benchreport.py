@@ -143,6 +143,8 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
         "results_table": results_table(rows),
         "runtimes_table": runtimes_table(rows),
         "profile_table": profile_table(profile) if profile else "",
+        "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
+                                      if record.get("device_profile")), ""),
         "runs_table": runs_table(records),
         "rows": rows,
     }

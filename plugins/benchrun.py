@@ -9,7 +9,7 @@ figures the report and results.jsonl are made of.
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from benchlog import parse_prima_rank
+from benchlog import parse_prima_rank, profile_summary
 from perflog import parse_perf
 
 # Exit statuses of `timeout CMD` and of a shell's child: 124 is timeout's own.
@@ -70,15 +70,18 @@ def _rank_problem(rank: Mapping[str, Any], runtime: str, head_ran: bool) -> Opti
 
 
 def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: int = 15) -> List[str]:
-    """What went wrong, worst first: ranks that never started, workers that died, the head.
+    """What went wrong, cause first: ranks that never started, then ranks in the order they ended.
 
-    A prima.cpp worker exits 0 a second after the head (or when the allocator leaves it no
-    layer); a ggml-rpc-server never exits on its own, even a start-up error exits 0, so any
-    exit of an RPC worker before it was stopped is a failure.
+    The first rank to die is usually the cause (a killed head takes its RPC workers down with
+    SIGPIPE; a killed worker makes the head abort). A prima.cpp worker exits 0 a second after
+    the head (or when the allocator leaves it no layer); a ggml-rpc-server never exits on its
+    own, even a start-up error exits 0, so any exit of an RPC worker before it was stopped is
+    a failure.
     """
     head_ran = any(rank["role"] == "head" and rank.get("exit") is not None for rank in ranks)
     problems = []  # type: List[str]
-    ordered = sorted(ranks, key=lambda rank: (rank["role"] == "head", rank["rank"]))
+    ordered = sorted(ranks, key=lambda rank: (not rank.get("listen_error"), rank.get("ended") is None,
+                                              rank.get("ended") or 0.0, rank["rank"]))
     for rank in ordered:
         problem = _rank_problem(rank, runtime, head_ran)
         if problem:
@@ -108,6 +111,11 @@ def run_record(plan: Mapping[str, Any], ranks: Sequence[Mapping[str, Any]], head
             used.append({"rank": rank["rank"], "host": rank["host"], "window": parsed["window"],
                          "gpu_layers": parsed["gpu_layers"], "removed": parsed["removed"]})
         record["ranks"] = used
+        profile = parse_prima_rank(head_stderr)["profile"]
+        if profile:
+            # prima.cpp's own profile of each device (printed when its allocator runs).
+            record["device_profile"] = [dict(summary, rank=number, host=host) for number, (summary, host)
+                                        in enumerate(zip(profile_summary(profile), plan["hosts"]))]
         if plan.get("window") is None:
             kept = [item for item in used if not item["removed"]]
             record["split"] = "prima.cpp allocator: " + ",".join(

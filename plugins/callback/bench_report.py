@@ -72,11 +72,12 @@ class CallbackModule(CallbackBase):
                                   % (self.get_option("results_file"), run_dir))
             return
         results = os.path.join(os.path.dirname(run_dir), self.get_option("results_file"))
-        written = append_results(results, self.runs)
         report_path = os.path.join(run_dir, "report.md")
+        # The report first: if it cannot be made, results.jsonl stays as it was.
         text, main_table = render_report(self.runs, self.profile)
         with open(report_path, "x", encoding="utf-8") as handle:
             handle.write(text)
+        written = append_results(results, self.runs)
         if self.get_option("print_table"):
             self._display.display("\n" + main_table + "\n")
         self._display.display("bench report: %s (%d measured runs appended to %s)" % (report_path, written, results))

@@ -98,7 +98,7 @@ def rank_reports(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[D
         reports.append({
             "host": host, "rank": unit["rank"], "role": unit["role"],
             "listen_error": (listen.get("stderr") or "failed") if listen.get("rc") not in (None, 0) else "",
-            "exit": before.get("exit"), "pid": before.get("pid"),
+            "exit": before.get("exit"), "pid": before.get("pid"), "ended": before.get("ended"),
             "left_running": bool(finish.get("left_running")),
         })
     return reports

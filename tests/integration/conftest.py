@@ -56,7 +56,10 @@ def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, An
         extravars=dict(PRIMA_EXTRAVARS if inventory == SANDBOX_INVENTORY else {}, **(extravars or {})),
         limit=limit,
         cmdline=cmdline,
-        envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}, **(envvars or {})),
+        # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS (its own display), which hides ansible.cfg's
+        # callback_plugins: name ours here, runner appends its directory.
+        envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                      "ANSIBLE_CALLBACK_PLUGINS": os.path.join(REPO, "plugins", "callback")}, **(envvars or {})),
         quiet=True,
         timeout=3600,
     )

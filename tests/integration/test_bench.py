@@ -70,7 +70,7 @@ def assert_clean_failure(result, reports, results_before, *expected):
     for text in expected:
         assert text in result.stdout, "%r not in the output\n%s" % (text, result.describe())
     assert rank_processes() == []
-    assert not os.path.exists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
     results = reports / "results.jsonl"
     assert (results.read_text() if results.exists() else None) == results_before
     assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
@@ -103,7 +103,7 @@ def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
     assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
     assert "| Results" not in result.stdout and "| Runtime | Model | Link |" in result.stdout
     assert rank_processes() == []
-    assert not os.path.exists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
 
 
 def test_one_measured_run_overhead(provisioned, tmp_path):
@@ -132,37 +132,44 @@ def test_worker_that_never_starts(provisioned, tmp_path):
                          "exited with status 0 before listening", "last lines of its stderr")
 
 
-@pytest.mark.parametrize("victim, expected", [
-    ("n1", "rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)"),
-    ("n0", "rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)"),
+@pytest.mark.parametrize("runtime, victim, expected", [
+    ("llama_rpc", "n1", "rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)"),
+    ("llama_rpc", "n0", "rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)"),
+    pytest.param("prima", "n1", "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL)",
+                 marks=pytest.mark.skipif(not PRIMA, reason="prima.cpp is built only with PRIMA_CPP_MIRROR")),
 ])
-def test_rank_killed_mid_run(provisioned, tmp_path, victim, expected):
+def test_rank_killed_mid_run(provisioned, tmp_path, runtime, victim, expected):
     reports = tmp_path / "reports"
     reports.mkdir()
     (reports / "results.jsonl").write_text("untouched\n")
-    run = bench(reports, "kill-%s" % victim, "bench-kill-%s" % victim, background=True, runtime="llama_rpc",
-                runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=120)
+    unit = "%s-tiny" % runtime
+    # prima.cpp has no timeout: its head hangs once a worker is gone, until the rank's own timeout.
+    run = bench(reports, "kill-%s-%s" % (runtime, victim), "bench-kill-%s-%s" % (runtime, victim), background=True,
+                runtime=runtime, runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=45)
     # The head decodes for a while: kill the victim once the head has produced output.
-    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
-             and os.path.getsize(head_out) > 0, 120, "the head to generate")
-    os.kill(running_child(victim, "llama_rpc-tiny"), signal.SIGKILL)
+    head_out = os.path.join(STATE % ("n0", unit), "stdout")
+    wait_for(lambda: running_child("n0", unit) and os.path.exists(head_out) and os.path.getsize(head_out) > 0,
+             120, "the head to generate")
+    os.kill(running_child(victim, unit), signal.SIGKILL)
     result = run.finish()
-    assert_clean_failure(result, reports, "untouched\n", expected)
+    # The rank that died first is named first: the cause, before what it took down with it.
+    assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected))
+    if runtime == "prima":
+        assert "rank 0 (n0, prima head) exited 124: hang: killed by its timeout" in result.stdout
 
 
 def test_second_bench_is_refused(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
-    first = bench(reports, "first-1", "bench-first", background=True, runtime="single", runs=1,
+    first = bench(reports, "first-1", "bench-first", background=True, runtime="single", runs=3,
                   launch_n_predict=400, launch_ctx_size=1024)
     lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
-    wait_for(lambda: os.path.exists(lock), 120, "the first bench.yml to take the lock")
+    wait_for(lambda: os.path.lexists(lock), 120, "the first bench.yml to take the lock")
     second = bench(reports, "second-1", "bench-second", runtime="single", runs=1)
     assert second.status == "failed", second.describe()
     assert "another bench.yml is running on this cluster: n0 holds" in second.stdout
     assert "for run first-1" in second.stdout
     first_result = first.finish()
     assert first_result.status == "successful", first_result.describe()
-    assert len((reports / "results.jsonl").read_text().splitlines()) == 1
+    assert len((reports / "results.jsonl").read_text().splitlines()) == 3
     assert rank_processes() == []

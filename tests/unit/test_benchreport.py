@@ -81,6 +81,14 @@ def test_report_renders_every_section():
     assert main in text
 
 
+def test_report_shows_prima_device_profile_when_its_allocator_ran():
+    record = run("prima", 10.0)
+    record["device_profile"] = [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0.0, "ram_gib": 23.54,
+                                 "disk_read_gbs": 0.42, "cpu_cores": 2}]
+    text, _ = render_report([record], [])
+    assert "## prima.cpp's device profile" in text and "| Disk read (GB/s) | 0.42 |" in text
+
+
 @pytest.mark.parametrize("profile", [[], None])
 def test_report_without_profile(profile):
     text, _ = render_report([run("single", 10.0)], profile or [])

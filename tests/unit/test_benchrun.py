@@ -50,11 +50,20 @@ def test_worker_that_never_listened_is_named_first():
 
 
 def test_rpc_worker_killed_mid_run_then_head_abort():
-    ranks = [rank(0, "head", 134, "GGML_ASSERT(...) failed\nAborted"), rank(1, "worker", 137, "accepted client")]
+    ranks = [rank(0, "head", 134, "GGML_ASSERT(...) failed\nAborted", ended=12.0),
+             rank(1, "worker", 137, "accepted client", ended=11.5)]
     problems = rank_problems("llama_rpc", ranks)
     assert problems[0].startswith("rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)")
     assert problems[1].startswith("rank 0 (n0, llama_rpc head) exited 134: abort (SIGABRT)")
     assert "    Aborted" in problems[1]
+
+
+def test_the_first_rank_to_end_comes_first():
+    ranks = [rank(0, "head", 137, "", ended=100.0), rank(1, "worker", 141, "", ended=100.5),
+             rank(2, "worker", None)]
+    problems = rank_problems("llama_rpc", ranks)
+    assert problems[0].startswith("rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)")
+    assert problems[1].startswith("rank 1 (n1, llama_rpc worker) exited 141 during the run: broken pipe")
 
 
 def test_prima_workers_exit_0_after_the_head_and_removed_ranks_are_fine():
@@ -64,7 +73,7 @@ def test_prima_workers_exit_0_after_the_head_and_removed_ranks_are_fine():
 
 
 def test_prima_head_hang_after_a_killed_worker():
-    ranks = [rank(0, "head", 124, ""), rank(1, "worker", 137, "a\nb"), rank(2, "worker", None)]
+    ranks = [rank(0, "head", 124, "", ended=70.0), rank(1, "worker", 137, "a\nb", ended=10.0), rank(2, "worker", None)]
     problems = rank_problems("prima", ranks, tail_lines=1)
     assert problems[0] == "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL)\n" \
                           "  last lines of its stderr:\n    b"
@@ -94,3 +103,9 @@ def test_run_record_names_the_allocators_split():
     ranks = [rank(number, "head" if number == 0 else "worker", 0, stderr[number]) for number in range(3)]
     record = run_record(plan, ranks, stderr[0], {})
     assert record["split"] == "prima.cpp allocator: n0=8"
+    # rank 0's profile table: cores, RAM and disk read per rank, as prima.cpp measured them
+    profile = record["device_profile"]
+    assert [(item["rank"], item["host"], item["cpu_cores"]) for item in profile] == [(0, "n0", 2), (1, "n1", 2),
+                                                                                   (2, "n2", 2)]
+    assert [item["disk_read_gbs"] for item in profile] == [0.42, 0.13, 0.44]
+    assert profile[0]["ram_gib"] == 23.54

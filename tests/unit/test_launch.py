@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import time
 
 import jinja2
 import pytest
@@ -200,9 +201,11 @@ def test_launcher_finish_packs_the_run(tmp_path):
     script, state = launcher(tmp_path, ["sh", "-c", "echo done"])
     assert sh(script, "run").returncode == 0
     finished = json.loads(sh(script, "finish").stdout)
-    assert finished == {"before": {"running": False, "pid": finished["before"]["pid"], "exit": 0}, "left_running": False}
+    assert finished == {"before": {"running": False, "pid": finished["before"]["pid"], "exit": 0,
+                                   "ended": finished["before"]["ended"]}, "left_running": False}
+    assert abs(finished["before"]["ended"] - time.time()) < 30
     with tarfile.open(str(state / "run.tar")) as tar:
-        assert sorted(tar.getnames()) == ["command.txt", "exit", "launcher.sh", "stderr", "stdout", "wall_s"]
+        assert sorted(tar.getnames()) == ["command.txt", "ended", "exit", "launcher.sh", "stderr", "stdout", "wall_s"]
 
 
 def test_systemd_flavour_starts_and_stops_through_systemctl(tmp_path):
