@@ -84,8 +84,18 @@ def test_bench_refuses_bad_runtime_and_runs(tmp_path):
                                 "runs '0' is not a whole number >= 1")
 
 
-def test_bench_accepts_good_input_without_touching_nodes(tmp_path):
+def test_bench_refuses_prima_where_it_is_not_built(tmp_path):
+    run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
+                       extravars={"model": "70b", "runtime": "prima", "prima_enabled": False}, label="preflight-bench")
+    assert_refused_before_nodes(run, "runtime=prima: prima.cpp is not built on this cluster",
+                                "pick -e runtime=llama_rpc|single|all")
+
+
+def test_bench_accepts_good_input_then_goes_to_the_nodes(tmp_path):
+    reports = tmp_path / "reports"
     run = run_playbook("bench.yml", inventory=inventory(tmp_path, GOOD_HOSTS), extravars={"model": "70b"},
-                       label="preflight-bench")
-    assert run.status == "successful", run.describe()
-    assert run.hosts == ["localhost"]
+                       label="preflight-bench-good", envvars={"PRIMA_BENCH_REPORTS_DIR": str(reports)})
+    # The input passes on the controller; the nodes here are loopback addresses without sshd.
+    assert "input needs fixing" not in run.stdout and "needs fixing before any node" not in run.stdout
+    assert sorted(run.count("dark")) == ["a", "b"], run.describe()
+    assert not (reports / "results.jsonl").exists()
