@@ -10,12 +10,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox.yml
 PYTEST_ARGS ?=
 
-.PHONY: help venv host-deps demo test unit lint sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
+.PHONY: help venv host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
 
 help:
 	@echo "make demo           sandbox cluster up, site.yml on it, then bench.yml (prints the report)"
 	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
 	@echo "make unit | lint    parts of it"
+	@echo "make ready          is every node ready? (INVENTORY=inventory/glows.yml; JUnit XML in artifacts/)"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
 
 # What the controller needs from the distribution: a Python with venv, ssh, and sshpass
@@ -56,6 +57,14 @@ bench-sandbox: venv
 
 demo: sandbox-up site-sandbox bench-sandbox
 	@echo "The sandbox cluster is provisioned and benchmarked (reports/). Take it down with: make sandbox-down"
+
+# Is every node of INVENTORY ready for a benchmark? Per node and per check: pass, or fail with
+# the reason; JUnit XML for CI in artifacts/readiness.xml.
+INVENTORY ?= inventory/glows.yml
+ready: venv
+	@mkdir -p artifacts
+	$(BIN)/pytest tests/readiness --hosts='ansible://all' --ansible-inventory=$(INVENTORY) \
+	  --junitxml=artifacts/readiness.xml -p no:cacheprovider -q $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,70 @@
+"""Pure pieces of the readiness suite (tests/readiness): what a node should have, read from
+what it reports. The cluster checks themselves are bench.yml's own (plugins/filter/bench.py,
+the ring_probe module), so the suite and the benchmark's preflight cannot disagree.
+"""
+
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+
+def version_tuple(text: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def version_at_least(found: str, minimum: str) -> bool:
+    return bool(found.strip()) and version_tuple(found) >= version_tuple(minimum)
+
+
+def listening_ports(proc_net_tcp: str) -> Set[int]:
+    """Ports in state LISTEN (0A) in the text of /proc/net/tcp and /proc/net/tcp6."""
+    ports = set()
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def compiler_command(recorded: str) -> str:
+    """The compiler a build recorded ('ccache g++-9 9.3.0-22' -> 'g++-9')."""
+    words = [word for word in recorded.split() if word != "ccache"]
+    return words[0] if words else ""
+
+
+def rank_ports(rank: int, runtimes: Iterable[str], data_base: int, signal_base: int, rpc_port: int) -> List[int]:
+    """Ports this rank listens on during a run of any of `runtimes`."""
+    ports = []  # type: List[int]
+    if "prima" in runtimes:
+        ports += [data_base + rank, signal_base + rank]
+    if "llama_rpc" in runtimes and rank > 0:
+        ports.append(rpc_port)
+    return ports
+
+
+def expected_weights(files: Sequence[Mapping[str, Any]], models_dir: str) -> List[Dict[str, Any]]:
+    """Where each selected weights file must be, its size (when the catalog says) and digest."""
+    return [{"name": record["name"], "path": "%s/%s" % (models_dir.rstrip("/"), record["name"]),
+             "size": int(record.get("size") or 0), "sha256": record.get("sha256") or ""} for record in files]
+
+
+def glance(results: Mapping[Tuple[str, str], Tuple[str, str]], nodes: Sequence[str]) -> str:
+    """One line per check, one column per node: pass / FAIL / skip, then every failure's reason."""
+    checks = []  # type: List[str]
+    for check, _node in results:
+        if check not in checks:
+            checks.append(check)
+    width = max([len(check) for check in checks] + [5])
+    lines = ["%-*s  %s" % (width, "check", "  ".join("%-6s" % node for node in nodes))]
+    for check in checks:
+        cells = [results.get((check, node), ("", ""))[0] or "-" for node in nodes]
+        lines.append("%-*s  %s" % (width, check, "  ".join("%-6s" % cell for cell in cells)))
+    reasons = ["%s on %s: %s" % (check, node, reason) for (check, node), (outcome, reason) in results.items()
+               if outcome == "FAIL" and reason]
+    return "\n".join(lines + ([""] + reasons if reasons else []))
+
+
+def first_line(text: Optional[str], limit: int = 300) -> str:
+    for line in (text or "").splitlines():
+        if line.strip() and not line.startswith(("assert ", "  ")):
+            return line.strip()[:limit]
+    return (text or "").strip().splitlines()[0][:limit] if (text or "").strip() else ""

@@ -1,0 +1,137 @@
+"""The readiness suite on the provisioned sandbox: it passes, then fails naming the node and the
+check for each thing broken (one at a time), and passes again once that is repaired."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from conftest import ARTIFACTS, REPO, SANDBOX_INVENTORY
+
+NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+
+
+def readiness(label):
+    """Run tests/readiness on the sandbox; {(check, node): 'pass' | 'fail' | 'skip'} from its JUnit XML."""
+    xml = os.path.join(ARTIFACTS, "readiness-%s.xml" % label)
+    argv = [sys.executable, "-m", "pytest", os.path.join(REPO, "tests", "readiness"), "--hosts=ansible://all",
+            "--ansible-inventory=%s" % SANDBOX_INVENTORY, "--junitxml=%s" % xml, "-p", "no:cacheprovider", "-q"]
+    if os.environ.get("PRIMA_CPP_VERSION"):
+        argv.append("--readiness-var=prima_version=%s" % os.environ["PRIMA_CPP_VERSION"])
+    run = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=900,
+                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")))
+    with open(os.path.join(ARTIFACTS, "readiness-%s.log" % label), "w") as handle:
+        handle.write(run.stdout + run.stderr)
+    outcomes = {}
+    for case in ElementTree.parse(xml).iter("testcase"):
+        name = case.get("name")
+        check = name.split("[")[0].replace("test_", "", 1)
+        node = name.split("ansible://")[1].rstrip("]") if "ansible://" in name else "cluster"
+        failed = case.find("failure") is not None or case.find("error") is not None
+        outcomes[(check, node)] = "fail" if failed else ("skip" if case.find("skipped") is not None else "pass")
+    return run, outcomes
+
+
+def failures(outcomes):
+    return sorted(key for key, outcome in outcomes.items() if outcome == "fail")
+
+
+@pytest.fixture(scope="module")
+def ready(site_runs):
+    run, outcomes = readiness("baseline")
+    assert failures(outcomes) == [], run.stdout[-4000:]
+    assert outcomes[("weights", "n1")] == "pass" and outcomes[("ranks_reach_each_other", "cluster")] == "pass"
+    assert "readiness at a glance" in run.stdout
+    return outcomes
+
+
+def broken_then_repaired(label, break_it, repair, expected):
+    try:
+        break_it()
+        run, outcomes = readiness(label)
+        assert run.returncode != 0
+        for key in expected:
+            assert outcomes.get(key) == "fail", "%s did not fail:\n%s" % (key, run.stdout[-4000:])
+        assert "readiness at a glance" in run.stdout
+    finally:
+        repair()
+    run, outcomes = readiness(label + "-repaired")
+    assert failures(outcomes) == [], run.stdout[-4000:]
+
+
+def test_missing_weights(ready):
+    weights = os.path.join(NODE_ROOT % "n1", "opt/models/tiny.gguf")
+    broken_then_repaired("no-weights", lambda: os.rename(weights, weights + ".away"),
+                         lambda: os.rename(weights + ".away", weights), [("weights", "n1")])
+
+
+def test_changed_binary(ready):
+    current = os.path.join(NODE_ROOT % "n2", "opt/llama.cpp/current")
+    target = os.readlink(current)
+    build = (os.path.join(NODE_ROOT % "n2", target.lstrip("/")) if os.path.isabs(target)
+             else os.path.join(os.path.dirname(current), target))
+    binary = os.path.join(build, "bin", "llama-cli")
+    saved = binary + ".saved"
+
+    def flip():
+        shutil.copy2(binary, saved)
+        with open(binary, "r+b") as handle:
+            handle.seek(1000)
+            byte = handle.read(1)
+            handle.seek(1000)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+
+    broken_then_repaired("changed-binary", flip, lambda: os.replace(saved, binary), [("llama_cpp_build", "n2")])
+
+
+def test_occupied_rank_port(ready):
+    holder = subprocess.Popen(["ip", "netns", "exec", "psb-n1", sys.executable, "-c",
+                               "import socket, time\ns = socket.socket()\n"
+                               "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                               "s.bind(('0.0.0.0', 50052))\ns.listen(1)\ntime.sleep(3600)"])
+    time.sleep(1)
+
+    def release():
+        holder.kill()
+        holder.wait()
+
+    broken_then_repaired("occupied-port", lambda: None, release,
+                         [("rank_ports_free", "n1"), ("ranks_reach_each_other", "cluster")])
+
+
+def sshd_pids(node):
+    pids = subprocess.run(["ip", "netns", "pids", "psb-%s" % node], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in pids:
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                if handle.read().split(b"\0")[0] == b"/usr/sbin/sshd":
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_stopped_sshd(ready):
+    def stop():
+        for pid in sshd_pids("n1"):
+            os.kill(pid, 15)
+        time.sleep(1)
+
+    def start():
+        subprocess.run(["ip", "netns", "exec", "psb-n1", "chroot", NODE_ROOT % "n1", "/usr/sbin/sshd"], check=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("10.77.0.11", 22), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.3)
+
+    broken_then_repaired("stopped-sshd", stop, start, [("compiler", "n1"), ("weights", "n1"),
+                                                       ("ranks_reach_each_other", "cluster")])

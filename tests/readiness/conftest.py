@@ -1,0 +1,154 @@
+"""Is every node ready for a benchmark? testinfra against any inventory:
+
+    pytest tests/readiness --hosts='ansible://all' --ansible-inventory=inventory/glows.yml
+
+Each node's expected state comes from the same variables the playbooks use: role defaults,
+then the inventory's group and host variables, then --readiness-var NAME=VALUE (like -e).
+"""
+
+import functools
+import json
+import os
+import sys
+from typing import Any, Dict, List
+
+import pytest
+import testinfra
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for sub in ("plugins", "plugins/filter", "plugins/module_utils"):
+    path = os.path.join(REPO, sub)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO, "ansible.cfg"))
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+from readiness import first_line, glance  # noqa: E402
+
+ROLES = ["toolchain", "zeromq", "highs", "cuda", "prima", "llama_cpp", "models", "launch"]
+RESULTS = {}  # type: Dict[Any, Any]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--readiness-var", action="append", default=[], metavar="NAME=VALUE",
+                     help="override a variable for every node, like ansible-playbook -e (VALUE is read as YAML)")
+
+
+@functools.lru_cache(maxsize=None)
+def role_defaults() -> Dict[str, Any]:
+    merged = {}  # type: Dict[str, Any]
+    for role in ROLES:
+        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:
+            merged.update(yaml.safe_load(handle) or {})
+    return merged
+
+
+class Node:
+    """One node: its rendered variables and the local facts site.yml left on it."""
+
+    def __init__(self, host, inventory: str, overrides: Dict[str, Any]):
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.plugins.loader import init_plugin_loader
+        from ansible.template import Templar
+
+        init_plugin_loader()
+        self.host = host
+        self.name = host.backend.host
+        raw = dict(role_defaults())
+        raw.update(host.ansible.get_variables())
+        raw.update(overrides)
+        raw.setdefault("inventory_dir", os.path.dirname(os.path.abspath(inventory)))
+        self._raw = {key: _trusted(value) for key, value in raw.items()}
+        self._templar = Templar(loader=DataLoader(), variables=self._raw)
+
+    def var(self, name: str, default: Any = None) -> Any:
+        if name not in self._raw:
+            return default
+        try:
+            return self._templar.template(self._raw[name])
+        except Exception:  # a default that needs facts gathered on the node: not known here
+            return default
+
+    @functools.cached_property
+    def facts(self) -> Dict[str, Any]:
+        found = {}
+        listing = self.host.run("ls /etc/ansible/facts.d 2>/dev/null")
+        for name in listing.stdout.split():
+            if name.endswith(".fact"):
+                found[name[:-5]] = json.loads(self.host.file("/etc/ansible/facts.d/" + name).content_string)
+        return found
+
+
+def _trusted(value: Any) -> Any:
+    try:
+        from ansible.template import trust_as_template
+    except ImportError:  # ansible-core 2.18 trusts every string
+        return value
+    return trust_as_template(value) if isinstance(value, str) else value
+
+
+def _overrides(config) -> Dict[str, Any]:
+    values = {}
+    for item in config.getoption("readiness_var"):
+        name, _, value = item.partition("=")
+        values[name] = yaml.safe_load(value)
+    return values
+
+
+@pytest.fixture(scope="module")
+def node(host, request) -> Node:
+    return Node(host, request.config.getoption("ansible_inventory") or "", _overrides(request.config))
+
+
+@pytest.fixture(scope="session")
+def cluster(request) -> List[Node]:
+    """Every node of the run, in rank order."""
+    from preflight import cluster_ranks
+
+    inventory = request.config.getoption("ansible_inventory") or ""
+    specs = [spec for spec in (request.config.getoption("hosts") or "").split(",") if spec]
+    hosts = testinfra.get_hosts(specs, ansible_inventory=inventory)
+    nodes = [Node(host, inventory, _overrides(request.config)) for host in hosts]
+    ranks = cluster_ranks([item.name for item in nodes], {item.name: {"rank": item.var("rank")} for item in nodes})
+    return sorted(nodes, key=lambda item: ranks[item.name])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" or report.outcome != "passed":
+        host = item.funcargs.get("host") if hasattr(item, "funcargs") else None
+        where = host.backend.host if host is not None else "cluster"
+        check = item.originalname.replace("test_", "", 1)
+        state = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[report.outcome]
+        reason = ""
+        if report.outcome == "failed":
+            reason = first_line(str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message))
+        elif report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            reason = report.longrepr[2]
+        if (check, where) not in RESULTS or state == "FAIL":
+            RESULTS[(check, where)] = (state, reason)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    nodes = []  # type: List[str]
+    for _check, where in RESULTS:
+        if where not in nodes:
+            nodes.append(where)
+    terminalreporter.section("readiness at a glance")
+    terminalreporter.write_line(glance(RESULTS, nodes))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without --hosts testinfra would check the machine pytest runs on: skip instead, saying how to run."""
+    if config.getoption("hosts"):
+        return
+    skip = pytest.mark.skip(reason="the readiness suite checks an inventory's nodes: make ready INVENTORY=..., or "
+                                   "pytest tests/readiness --hosts='ansible://all' --ansible-inventory=FILE")
+    for item in items:
+        if "tests/readiness" in str(item.fspath):
+            item.add_marker(skip)
