@@ -4,7 +4,9 @@ the ring_probe module), so the suite and the benchmark's preflight cannot disagr
 """
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ring_probe import listening_ports  # noqa: F401  (one parser of /proc/net/tcp for the probe and the suite)
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -13,16 +15,6 @@ def version_tuple(text: str) -> Tuple[int, ...]:
 
 def version_at_least(found: str, minimum: str) -> bool:
     return bool(found.strip()) and version_tuple(found) >= version_tuple(minimum)
-
-
-def listening_ports(proc_net_tcp: str) -> Set[int]:
-    """Ports in state LISTEN (0A) in the text of /proc/net/tcp and /proc/net/tcp6."""
-    ports = set()
-    for line in proc_net_tcp.splitlines():
-        fields = line.split()
-        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
-            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def compiler_command(recorded: str) -> str:
@@ -54,16 +46,22 @@ def glance(results: Mapping[Tuple[str, str], Tuple[str, str]], nodes: Sequence[s
         if check not in checks:
             checks.append(check)
     width = max([len(check) for check in checks] + [5])
-    lines = ["%-*s  %s" % (width, "check", "  ".join("%-6s" % node for node in nodes))]
+    columns = [max(len(node), 4) for node in nodes]
+    lines = ["%-*s  %s" % (width, "check", "  ".join("%-*s" % (column, node) for column, node in zip(columns, nodes)))]
     for check in checks:
         cells = [results.get((check, node), ("", ""))[0] or "-" for node in nodes]
-        lines.append("%-*s  %s" % (width, check, "  ".join("%-6s" % cell for cell in cells)))
+        lines.append("%-*s  %s" % (width, check, "  ".join("%-*s" % (column, cell)
+                                                             for column, cell in zip(columns, cells))))
     reasons = ["%s on %s: %s" % (check, node, reason) for (check, node), (outcome, reason) in results.items()
                if outcome == "FAIL" and reason]
     return "\n".join(lines + ([""] + reasons if reasons else []))
 
 
 def first_line(text: Optional[str], limit: int = 300) -> str:
+    """The reason to show for a failed check: the assertion's message, or why SSH failed."""
+    unreachable = re.search(r"exit_status=255, command=b'.*?', _stdout=b'.*?', _stderr=b'(.*?)'\)", text or "")
+    if unreachable:
+        return "node unreachable: " + unreachable.group(1).replace("\\r\\n", " ").strip()[:limit]
     for line in (text or "").splitlines():
         if line.strip() and not line.startswith(("assert ", "  ")):
             return line.strip()[:limit]

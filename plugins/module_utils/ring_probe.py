@@ -9,7 +9,7 @@ import errno
 import select
 import socket
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 Target = Tuple[str, int]
 
@@ -18,10 +18,37 @@ class ProbeError(Exception):
     pass
 
 
+def listening_ports(proc_net_tcp: str) -> Set[int]:
+    """Ports in state LISTEN (0A) in the text of /proc/net/tcp and /proc/net/tcp6."""
+    ports = set()
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def listening_here() -> Set[int]:
+    text = ""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                text += handle.read()
+        except OSError:
+            pass
+    return listening_ports(text)
+
+
 def bind_listeners(address: str, ports: Sequence[int]) -> List[socket.socket]:
+    """Listen on each port, refusing ports some process already listens on, on any address
+    (a wildcard listener would not stop our bind to one address, but it would take the rank's peers)."""
     listeners = []  # type: List[socket.socket]
+    busy = listening_here()
     try:
         for port in ports:
+            if port in busy:
+                raise ProbeError("port %d on %s is in use: a rank cannot listen there. Find the owner with "
+                                 "`ss -ltnp 'sport = :%d'` and stop it" % (port, address, port))
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:

@@ -49,3 +49,13 @@ def test_unreached_peer_and_missing_connections_are_reported():
     own, nobody = free_ports(2)
     result = probe("127.0.0.1", [own], [("127.0.0.1", nobody)], 1, 1)
     assert "127.0.0.1:%d" % nobody in result["unreached"] and result["missing_peers"] == [own]
+
+
+def test_a_wildcard_listener_counts_as_in_use():
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        with pytest.raises(ProbeError, match="port %d on 127.0.0.1 is in use" % port):
+            probe("127.0.0.1", [port], [], 0, 1)

@@ -105,12 +105,13 @@ def test_occupied_rank_port(ready):
 
 
 def sshd_pids(node):
+    """sshd of the node and its sessions (SSH connection sharing would keep a dead sshd's sessions usable)."""
     pids = subprocess.run(["ip", "netns", "pids", "psb-%s" % node], capture_output=True, text=True).stdout.split()
     found = []
     for pid in pids:
         try:
-            with open("/proc/%s/cmdline" % pid, "rb") as handle:
-                if handle.read().split(b"\0")[0] == b"/usr/sbin/sshd":
+            with open("/proc/%s/comm" % pid) as handle:
+                if handle.read().strip() == "sshd":
                     found.append(int(pid))
         except OSError:
             pass
