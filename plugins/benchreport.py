@@ -135,6 +135,12 @@ def runs_table(records: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(headers, body)
 
 
+def network_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each rank to each address it connects to: TCP handshake time and payload throughput."""
+    body = [[row["host"], row["target"], _fmt(row.get("rtt_ms"), 3), _fmt(row.get("mbit_s"), 1)] for row in rows]
+    return markdown_table(["From", "To", "Handshake ms", "Throughput Mbit/s"], body)
+
+
 def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     rows = aggregate(records)
     return {
@@ -146,6 +152,7 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
         "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
                                       if record.get("device_profile")), ""),
         "runs_table": runs_table(records),
+        "network_table": network_table(records[0]["network"]) if records and records[0].get("network") else "",
         "rows": rows,
     }
 

@@ -104,10 +104,25 @@ def rank_reports(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[D
     return reports
 
 
+def network(plans: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """Each rank's measured handshake time and throughput to every peer address:port it connects to."""
+    rows = []
+    hosts = []  # type: List[str]
+    for plan in plans:
+        hosts += [host for host in plan["hosts"] if host not in hosts]
+    for host in hosts:
+        probe = hostvars[host].get("bench_probe_result") or {}
+        throughput = probe.get("throughput_mbit_s") or {}
+        for target, rtt in sorted((probe.get("rtt_ms") or {}).items()):
+            rows.append({"host": host, "target": target, "rtt_ms": rtt, "mbit_s": throughput.get(target)})
+    return rows
+
+
 class FilterModule:
     def filters(self):
         return {
             "bench_agreement_problems": agreement_problems,
             "bench_probe_spec": probe_spec,
             "bench_rank_reports": rank_reports,
+            "bench_network": network,
         }

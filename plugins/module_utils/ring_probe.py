@@ -8,6 +8,7 @@ until the peer's listener is up. Python 3.8, standard library only (runs on the 
 import errno
 import select
 import socket
+import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -69,53 +70,106 @@ def bind_listeners(address: str, ports: Sequence[int]) -> List[socket.socket]:
     return listeners
 
 
-def try_connect(target: Target, timeout_s: float) -> Tuple[Optional[float], str]:
-    """Round-trip of one TCP handshake in ms, or None and why not."""
+ACK = b"k"
+CHUNK = 1 << 20
+
+
+def measure(target: Target, payload_bytes: int, timeout_s: float) -> Tuple[Optional[float], Optional[float], str]:
+    """Handshake time in ms and, with a payload, throughput in Mbit/s (decimal) to the peer's listener,
+    which reads the payload and answers one byte; or None and why not."""
     started = time.monotonic()
     try:
-        with socket.create_connection(target, timeout=timeout_s):
-            return (time.monotonic() - started) * 1000.0, ""
+        with socket.create_connection(target, timeout=timeout_s) as sock:
+            rtt_ms = (time.monotonic() - started) * 1000.0
+            if not payload_bytes:
+                return rtt_ms, None, ""
+            sock.settimeout(max(timeout_s, 30.0))
+            chunk, left = b"\0" * CHUNK, payload_bytes
+            sending = time.monotonic()
+            while left > 0:
+                sock.sendall(chunk[:min(left, CHUNK)])
+                left -= CHUNK
+            if sock.recv(1) != ACK:
+                return rtt_ms, None, "the peer closed before reading the whole payload"
+            seconds = max(time.monotonic() - sending - rtt_ms / 1000.0, 1e-6)
+            return rtt_ms, payload_bytes * 8 / seconds / 1e6, ""
     except OSError as err:
-        return None, err.strerror or str(err)
+        return None, None, err.strerror or str(err)
 
 
-def accept_pending(listeners: Sequence[socket.socket], accepted: Dict[int, List[str]], wait_s: float) -> None:
-    readable, _, _ = select.select(list(listeners), [], [], max(wait_s, 0.0))
-    for sock in readable:
-        try:
-            conn, peer = sock.accept()
-        except OSError:
-            continue
-        accepted.setdefault(sock.getsockname()[1], []).append(peer[0])
-        conn.close()
+class Acceptor(threading.Thread):
+    """Accepts peers on the rank's ports while this node probes its own targets; reads each
+    peer's payload to the end and answers, so that every node can send at once (a ring)."""
+
+    def __init__(self, listeners: Sequence[socket.socket], payload_bytes: int):
+        super().__init__(daemon=True)
+        self.listeners, self.payload_bytes = list(listeners), payload_bytes
+        self.accepted = {}  # type: Dict[int, List[str]]
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            readable, _, _ = select.select(self.listeners, [], [], 0.1)
+            for sock in readable:
+                try:
+                    conn, peer = sock.accept()
+                except OSError:
+                    continue
+                self.accepted.setdefault(sock.getsockname()[1], []).append(peer[0])
+                threading.Thread(target=self.drain, args=(conn,), daemon=True).start()
+
+    def drain(self, conn: socket.socket) -> None:
+        with conn:
+            if not self.payload_bytes:
+                return
+            conn.setblocking(True)
+            conn.settimeout(30.0)
+            received = 0
+            try:
+                while received < self.payload_bytes:
+                    data = conn.recv(CHUNK)
+                    if not data:
+                        return
+                    received += len(data)
+                conn.sendall(ACK)
+            except OSError:
+                return
 
 
 def probe(address: str, ports: Sequence[int], targets: Sequence[Target], expect: int,
-          timeout_s: float) -> Dict[str, object]:
-    """Listen on `ports`, reach every target, and stay until `expect` connections per port came in."""
+          timeout_s: float, payload_bytes: int = 0) -> Dict[str, object]:
+    """Listen on `ports`, reach every target (and time a payload to it), and stay until `expect`
+    connections per port came in."""
     listeners = bind_listeners(address, ports)
-    accepted = {}  # type: Dict[int, List[str]]
+    acceptor = Acceptor(listeners, payload_bytes)
+    acceptor.start()
     rtt_ms = {}  # type: Dict[str, float]
+    throughput = {}  # type: Dict[str, float]
     errors = {}  # type: Dict[str, str]
     deadline = time.monotonic() + timeout_s
     try:
         pending = list(targets)
         while time.monotonic() < deadline:
             for target in list(pending):
-                elapsed, why = try_connect(target, min(1.0, max(deadline - time.monotonic(), 0.1)))
+                elapsed, mbit_s, why = measure(target, payload_bytes, min(1.0, max(deadline - time.monotonic(), 0.1)))
                 key = "%s:%d" % target
-                if elapsed is None:
+                if elapsed is None or (payload_bytes and mbit_s is None):
                     errors[key] = why
                 else:
                     rtt_ms[key] = round(elapsed, 3)
+                    if mbit_s is not None:
+                        throughput[key] = round(mbit_s, 1)
                     errors.pop(key, None)
                     pending.remove(target)
-            accept_pending(listeners, accepted, 0.1)
-            if not pending and all(len(accepted.get(port, [])) >= expect for port in ports):
+            if not pending and all(len(acceptor.accepted.get(port, [])) >= expect for port in ports):
                 break
+            time.sleep(0.05)
     finally:
+        acceptor.stopping.set()
+        acceptor.join(2.0)
         for sock in listeners:
             sock.close()
-    return {"rtt_ms": rtt_ms, "unreached": errors,
+    accepted = acceptor.accepted
+    return {"rtt_ms": rtt_ms, "throughput_mbit_s": throughput, "unreached": errors,
             "accepted": {str(port): peers for port, peers in sorted(accepted.items())},
             "missing_peers": [port for port in ports if len(accepted.get(port, [])) < expect]}

@@ -34,6 +34,11 @@ options:
     description: Seconds to wait for the peers' listeners and connections.
     type: float
     default: 10
+  payload_bytes:
+    description: Bytes sent to each target after connecting (its listener reads them and answers),
+      to measure throughput; 0 checks reachability only.
+    type: int
+    default: 0
 author: prima-cluster
 """
 
@@ -53,6 +58,10 @@ rtt_ms:
   returned: always
 accepted:
   description: Peer addresses that connected, per listened port.
+  type: dict
+  returned: always
+throughput_mbit_s:
+  description: Decimal megabits per second of the payload to each target (with C(payload_bytes)).
   type: dict
   returned: always
 missing_peers:
@@ -80,13 +89,15 @@ def main():
             targets=dict(type="list", elements="str", default=[]),
             expect=dict(type="int", default=0),
             timeout_s=dict(type="float", default=10.0),
+            payload_bytes=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
         targets = [parse_target(text) for text in params["targets"]]
-        result = probe(params["address"], params["ports"], targets, params["expect"], params["timeout_s"])
+        result = probe(params["address"], params["ports"], targets, params["expect"], params["timeout_s"],
+                       params["payload_bytes"])
     except ProbeError as err:
         module.fail_json(msg=str(err))
     if result["unreached"]:

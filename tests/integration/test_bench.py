@@ -105,6 +105,11 @@ def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
     median = (rpc[0] + rpc[1]) / 2
     assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| 3 \| .* \| %.2f ± " % median, report), report
     assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
+    # The probe before the runs: the head reaches both RPC workers, with a handshake time and a throughput.
+    network = {(row["host"], row["target"]): row for row in runs[0]["network"]}
+    for worker in ("10.77.0.11:50052", "10.77.0.12:50052"):
+        assert network[("n0", worker)]["rtt_ms"] > 0 and network[("n0", worker)]["mbit_s"] > 0
+        assert re.search(r"\| n0 \| %s \| [0-9.]+ \| [0-9.]+ \|" % re.escape(worker), report)
     assert "| Results" not in result.stdout and "| Runtime | Model | Link |" in result.stdout
     assert rank_processes() == []
     assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))

@@ -77,3 +77,14 @@ def test_rank_reports_read_what_each_host_registered():
         ("n0", "head", 0, 10), ("n1", "worker", 0, 11), ("n2", "worker", None, 12)]
     assert reports[1]["listen_error"] == "exited with status 0 before listening" and reports[0]["listen_error"] == ""
     assert reports[2]["left_running"] and not reports[0]["left_running"]
+
+
+def test_network_rows_per_rank_and_target():
+    from bench import network
+
+    hostvars = {"n0": {"bench_probe_result": {"rtt_ms": {"10.0.0.1:9001": 0.2, "10.0.0.1:10001": 0.3},
+                                              "throughput_mbit_s": {"10.0.0.1:9001": 940.5}}},
+                "n1": {"bench_probe_result": {"rtt_ms": {}}}, "n2": {}}
+    rows = network(list(plans("prima").values()), hostvars)
+    assert rows == [{"host": "n0", "target": "10.0.0.1:10001", "rtt_ms": 0.3, "mbit_s": None},
+                    {"host": "n0", "target": "10.0.0.1:9001", "rtt_ms": 0.2, "mbit_s": 940.5}]

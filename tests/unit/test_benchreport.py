@@ -81,6 +81,15 @@ def test_report_renders_every_section():
     assert main in text
 
 
+def test_report_shows_the_network():
+    record = run("single", 10.0)
+    record["network"] = [{"host": "n0", "target": "10.0.0.1:50052", "rtt_ms": 0.123, "mbit_s": 940.54}]
+    text, _ = render_report([record], [])
+    assert "## Network, measured before the runs" in text
+    assert "| n0 | 10.0.0.1:50052 | 0.123 | 940.5 |" in text
+    assert "## Network" not in render_report([run("single", 10.0)], [])[0]
+
+
 def test_report_shows_prima_device_profile_when_its_allocator_ran():
     record = run("prima", 10.0)
     record["device_profile"] = [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0.0, "ram_gib": 23.54,

@@ -36,6 +36,25 @@ def test_two_ranks_reach_each_other():
         assert results[name]["accepted"] == {str(own): ["127.0.0.1"]}
 
 
+def test_a_ring_of_three_sends_payloads_at_once():
+    ports = free_ports(3)
+    results = {}
+
+    def rank(index):
+        results[index] = probe("127.0.0.1", [ports[index]], [("127.0.0.1", ports[(index + 1) % 3])], 1, 20,
+                               payload_bytes=8 << 20)
+
+    threads = [threading.Thread(target=rank, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(3):
+        target = "127.0.0.1:%d" % ports[(index + 1) % 3]
+        assert results[index]["unreached"] == {} and results[index]["missing_peers"] == []
+        assert results[index]["throughput_mbit_s"][target] > 0 and target in results[index]["rtt_ms"]
+
+
 def test_port_in_use_is_named():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
