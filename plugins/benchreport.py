@@ -1,6 +1,8 @@
 """Aggregate measured runs and lay them out as markdown tables (pure functions, standard library)."""
 
+import json
 import math
+import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -159,8 +161,6 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
 
 def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
     """Append one JSON line per measured run; earlier lines stay as they are."""
-    import json
-
     measured = [result_line(record) for record in records if not record.get("warmup")]
     with open(path, "a", encoding="utf-8") as handle:
         for line in measured:
@@ -171,8 +171,7 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
 def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
                   template: Optional[str] = None) -> Tuple[str, str]:
     """report.md from templates/report.md.j2, and the main table for the console."""
-    import jinja2
-    import os
+    import jinja2  # the controller's; the rest of this module is standard library
 
     path = template or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates", "report.md.j2")
     with open(path, encoding="utf-8") as handle:
