@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 # Ansible loads filter files one by one, not as a package: reach the sibling ring.py by path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ring import gpu_layers, layer_window, rank_ports, ring_neighbours  # noqa: E402
+from ring import gpu_layers, layer_window, rank_ports, ring_neighbours, window_problems  # noqa: E402
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -87,12 +87,7 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
             argv += ["--prefetch"]
         units[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "argv": argv, "env": {},
                        "listen": [ports["data_port"], ports["signal_port"]]}
-    fit = []
-    for rank, layers in enumerate(window or []):
-        need, usable = layers * layer_bytes, memory[rank]["total"]
-        if need > usable:
-            fit.append("rank %d (%s): %d layers need %.2f GiB, %.2f GiB usable; add nodes, pick a smaller model "
-                       "or set prima_layer_window" % (rank, hosts[rank], layers, need / GIB, usable / GIB))
+    fit = window_problems(window, layer_bytes, [rank["total"] for rank in memory], hosts) if window else []
     return {"units": units, "window": window, "gpu_layers": gpu, "fit_problems": fit,
             "split": ("-lw " + ",".join(map(str, window))) if window else "prima.cpp allocator"}
 

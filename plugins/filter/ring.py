@@ -58,7 +58,12 @@ def gpu_layers(window: Sequence[int], vram_bytes: Sequence[int], layer_bytes: in
 
 def plan_problems(n_layer: int, layer_bytes: int, usable_bytes: Sequence[int], hosts: Sequence[str]) -> List[str]:
     """Whether the model fits the planned split, rank by rank, with the numbers."""
-    window = layer_window(n_layer, usable_bytes)
+    return window_problems(layer_window(n_layer, usable_bytes), layer_bytes, usable_bytes, hosts)
+
+
+def window_problems(window: Sequence[int], layer_bytes: int, usable_bytes: Sequence[int],
+                    hosts: Sequence[str]) -> List[str]:
+    """Whether a given layer window fits each rank's usable memory, with the numbers."""
     problems = []
     for rank, (layers, usable) in enumerate(zip(window, usable_bytes)):
         need = layers * layer_bytes
