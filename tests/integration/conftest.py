@@ -41,9 +41,22 @@ class PlaybookRun:
             seen.update(self.stats.get(kind, {}))
         return sorted(seen)
 
+    def failures(self) -> List[str]:
+        """Every task failure in the log, with its message: the tail alone can miss the first cause."""
+        blocks = []  # type: List[str]
+        lines = self.stdout.splitlines()
+        for index, line in enumerate(lines):
+            if line.startswith(("fatal: [", "failed: [")) or (line.startswith("[ERROR]: ") and index + 1 < len(lines)):
+                end = index + 1
+                while end < len(lines) and lines[end].strip() and not lines[end].startswith(("TASK [", "PLAY ")):
+                    end += 1
+                blocks.append("\n".join(lines[index:min(end, index + 25)]))
+        return blocks
+
     def describe(self) -> str:
-        return "status=%s rc=%s stats=%s\n(log: %s)\n%s" % (
-            self.status, self.rc, json.dumps(self.stats), self.log_path, self.stdout[-6000:])
+        failures = "\n".join(self.failures())[:8000]
+        return "status=%s rc=%s stats=%s\n(log: %s)\nfailures:\n%s\n\nlast lines:\n%s" % (
+            self.status, self.rc, json.dumps(self.stats), self.log_path, failures, self.stdout[-4000:])
 
 
 def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]], limit: Optional[str],
