@@ -143,9 +143,11 @@ def network_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(["From", "To", "Handshake ms", "Throughput Mbit/s"], body)
 
 
-def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
+                   repeated: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
     rows = aggregate(records)
     return {
+        "repeated": list(repeated),
         "run_id": records[0]["run_id"] if records else "",
         "finished": records[-1].get("finished", "") if records else "",
         "results_table": results_table(rows),
@@ -169,13 +171,13 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
 
 
 def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
-                  template: Optional[str] = None) -> Tuple[str, str]:
+                  repeated: Sequence[Mapping[str, Any]] = (), template: Optional[str] = None) -> Tuple[str, str]:
     """report.md from templates/report.md.j2, and the main table for the console."""
     import jinja2  # the controller's; the rest of this module is standard library
 
     path = template or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates", "report.md.j2")
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
-    context = report_context(records, profile)
+    context = report_context(records, profile, repeated)
     text = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined).from_string(source)
     return text.render(**context), context["results_table"]

@@ -95,6 +95,13 @@ def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: 
     return problems
 
 
+def log_was_cut(ranks: Sequence[Mapping[str, Any]], record: Mapping[str, Any]) -> bool:
+    """The head exited 0 yet its log has no perf line: llama.cpp's logger thread is never joined
+    (its singleton is leaked on purpose), so what it had not yet written is lost at exit."""
+    head = next(rank for rank in ranks if rank["role"] == "head")
+    return head.get("exit") == 0 and not any(value is not None for value in record["perf"].values())
+
+
 def run_record(plan: Mapping[str, Any], ranks: Sequence[Mapping[str, Any]], head_stderr: str,
                meta: Mapping[str, Any]) -> Dict[str, Any]:
     """The figures of one run: the head's perf lines, the split each prima.cpp rank used."""

@@ -55,11 +55,14 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self.runs = []
         self.profile = []
+        self.repeated = []
 
     def v2_runner_on_ok(self, result):
         facts = result._result.get("ansible_facts") or {}
         if "bench_run_result" in facts:
             self.runs.append(facts["bench_run_result"])
+        if "bench_run_lost" in facts:
+            self.repeated.append(facts["bench_run_lost"])
         if "bench_profile" in facts:
             self.profile = facts["bench_profile"]
 
@@ -74,7 +77,7 @@ class CallbackModule(CallbackBase):
         results = os.path.join(os.path.dirname(run_dir), self.get_option("results_file"))
         report_path = os.path.join(run_dir, "report.md")
         # The report first: if it cannot be made, results.jsonl stays as it was.
-        text, main_table = render_report(self.runs, self.profile)
+        text, main_table = render_report(self.runs, self.profile, self.repeated)
         with open(report_path, "x", encoding="utf-8") as handle:
             handle.write(text)
         written = append_results(results, self.runs)

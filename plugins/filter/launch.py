@@ -79,6 +79,7 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
                      "--seed", str(options["seed"])]
             if window:
                 argv += ["-lw", ",".join(str(layers) for layers in window)]
+            argv += list(options.get("head_extra_args", []))
         if gpu and gpu[rank] > 0:
             argv += ["-ngl", str(gpu[rank])]
         if window is None and memory[rank]["vram"] > 0:
@@ -100,7 +101,7 @@ def completion_argv(options: Mapping[str, Any], host: str, rpc: Sequence[str]) -
         argv += ["--rpc", ",".join(rpc)]
     if options.get("tensor_split"):
         argv += ["-ts", str(options["tensor_split"])]
-    return argv
+    return argv + list(options.get("head_extra_args", []))
 
 
 def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -144,6 +144,20 @@ def test_worker_that_never_starts(provisioned, tmp_path):
                          "exited with status 0 before listening", "last lines of its stderr")
 
 
+def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):
+    # --log-disable stops llama.cpp's logger: the head exits 0 with no perf lines, as when its
+    # logger thread loses the tail at exit; bench.yml runs it again, then gives up naming why.
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    result = bench(reports, "cut-1", "bench-log-cut", runtime="single", runs=1, bench_log_cut_retries=1,
+                   launch_head_extra_args=["--log-disable"])
+    assert_clean_failure(result, reports, None, "single-tiny warmup0: the head exited 0 but its log stops",
+                         "single-tiny: the head's stderr has no perf lines", "was cut at exit every time")
+    runs = sorted(os.path.basename(path) for path in glob.glob(str(reports / "cut-1" / "raw" / "n0" / "single-tiny" / "*")))
+    assert runs == ["warmup0", "warmup0-retry1"]
+    assert not os.path.exists(reports / "cut-1" / "report.md")
+
+
 @pytest.mark.parametrize("runtime, victim, expected", [
     ("llama_rpc", "n1", "rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)"),
     ("llama_rpc", "n0", "rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)"),

@@ -102,3 +102,10 @@ def test_report_shows_prima_device_profile_when_its_allocator_ran():
 def test_report_without_profile(profile):
     text, _ = render_report([run("single", 10.0)], profile or [])
     assert "## Cluster profile" not in text
+
+
+def test_report_lists_the_runs_repeated_after_a_cut_log():
+    lost = [{"unit": "llama_rpc-tiny", "run": "warmup0", "stderr": "/r/raw/n0/llama_rpc-tiny/warmup0/stderr"}]
+    text, _ = render_report([run("llama_rpc", 10.0)], [], lost)
+    assert "- llama_rpc-tiny warmup0: `/r/raw/n0/llama_rpc-tiny/warmup0/stderr`" in text
+    assert "Repeated because" not in render_report([run("llama_rpc", 10.0)], [])[0]

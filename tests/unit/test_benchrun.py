@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from benchrun import exit_meaning, rank_problems, run_record, tail
+from benchrun import exit_meaning, log_was_cut, rank_problems, run_record, tail
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
@@ -109,3 +109,20 @@ def test_run_record_names_the_allocators_split():
                                                                                    (2, "n2", 2)]
     assert [item["disk_read_gbs"] for item in profile] == [0.42, 0.13, 0.44]
     assert profile[0]["ram_gib"] == 23.54
+
+
+def test_a_head_log_cut_at_exit_is_told_from_a_failed_head():
+    # Captured on the sandbox: llama-completion exited 0 after generating, but its logger thread
+    # had written nothing past "generate:" (no perf lines) when the process ended.
+    plan = {"runtime": "llama_rpc", "model": "tiny", "name": "llama_rpc-tiny", "world": 3,
+            "hosts": ["n0", "n1", "n2"], "split": "rpc"}
+    cut = fixture("benchlog", "llama-completion-rpc-log-cut.stderr")
+    ranks = [rank(0, "head", 0, cut), rank(1, "worker", None), rank(2, "worker", None)]
+    assert rank_problems("llama_rpc", ranks) == []
+    record = run_record(plan, ranks, cut, {})
+    assert not any(value is not None for value in record["perf"].values())
+    assert log_was_cut(ranks, record)
+    # A head that failed is a failure, not a cut log; a log with perf lines is not cut.
+    assert not log_was_cut([rank(0, "head", 1, cut)], record)
+    whole = fixture("benchlog", "prima-c_world3_lw332-rank0.stderr")
+    assert not log_was_cut([rank(0, "head", 0, whole)], run_record(plan, [rank(0, "head", 0, whole)], whole, {}))

@@ -120,6 +120,13 @@ def test_single_uses_rank_0_only():
     assert list(plan["units"]) == ["n0"] and plan["world"] == 1 and "--rpc" not in plan["units"]["n0"]["argv"]
 
 
+def test_head_extra_args_go_to_rank_0_only():
+    for runtime in ("prima", "llama_rpc", "single"):
+        plan = plan_for(runtime, 3, head_extra_args=["--log-disable"])
+        heads = [host for host, unit in plan["units"].items() if unit["argv"][-1] == "--log-disable"]
+        assert heads == ["n0"], runtime
+
+
 def test_unknown_runtime_and_model():
     with pytest.raises(ValueError, match="runtime 'mpi'"):
         launch_plan("mpi", ["n0"], ["10.0.0.1"], [{"total": 1, "vram": 0}], TINY, OPTIONS)
