@@ -6,6 +6,8 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from benchestimate import Key, expectations, expected_cell, ratio_text, sweep_series
+
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
 Number = Optional[float]
 
@@ -35,7 +37,8 @@ def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
     return line
 
 
-METRICS = (("prompt_tps", "perf"), ("eval_tps", "perf"), ("ms_per_token", "derived"), ("ttft_ms", "derived"))
+METRICS = (("prompt_tps", "perf"), ("eval_tps", "perf"), ("ms_per_token", "derived"), ("ttft_ms", "derived"),
+           ("prompt_ms", "perf"))
 
 
 def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -50,7 +53,10 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         lines = [result_line(run) for run in runs]
         row = {"runtime": runtime, "model": model, "link": link, "runs": len(runs), "world": runs[0]["world"],
                "split": runs[0].get("split", ""), "build": runs[0].get("build", ""),
-               "hosts": runs[0].get("hosts", [])}
+               "hosts": runs[0].get("hosts", []), "prompt_tokens": (runs[0].get("perf") or {}).get("prompt_tokens"),
+               # What the estimate beside this row needs: the step's link, its probe, the model's header.
+               "link_bits": int(runs[0].get("link_bits") or 0), "link_shaping": runs[0].get("link_shaping") or {},
+               "network": runs[0].get("network") or [], "model_facts": runs[0].get("model_facts") or {}}
         for metric, _ in METRICS:
             row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
         rows.append(row)
@@ -74,14 +80,47 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def results_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token."""
+def results_table(rows: Sequence[Mapping[str, Any]], expected: Optional[Mapping[Key, Mapping[str, Any]]] = None) -> str:
+    """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token, and the
+    estimate's decode beside the measured one."""
+    expected = expected if expected is not None else expectations(rows)
     headers = ["Runtime", "Model", "Link", "World", "Split", "Build", "Prompt t/s", "Decode t/s", "ms/token",
-               "TTFT ms", "Runs"]
-    body = [[RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"], row["world"],
-             row["split"], row["build"], spread(row["prompt_tps"]), spread(row["eval_tps"]),
-             spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), row["runs"]] for row in rows]
+               "TTFT ms", "Runs", "Expected decode t/s", "Measured/expected"]
+    body = []
+    for row in rows:
+        guess = expected.get((row["runtime"], row["model"], row["link"]), {})
+        body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"], row["world"],
+                     row["split"], row["build"], spread(row["prompt_tps"]), spread(row["eval_tps"]),
+                     spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), row["runs"],
+                     expected_cell(guess, "decode_tps"), ratio_text(guess.get("decode_tps_ratio"))])
     return markdown_table(headers, body)
+
+
+def sweep_table(rows: Sequence[Mapping[str, Any]], expected: Mapping[Key, Mapping[str, Any]]) -> str:
+    """The page's table, measured: per link step, decode and prefill t/s with the estimate and the ratio."""
+    headers = ["Runtime", "Model", "Link", "Decode (t/s)", "Prefill (t/s)", "Expected decode", "Measured/expected",
+               "Expected prefill", "Measured/expected"]
+    body = []
+    for series in sweep_series(rows):
+        for row in series["rows"]:
+            guess = expected.get((row["runtime"], row["model"], row["link"]), {})
+            shaped = (row.get("link_shaping") or {}).get("shaped")
+            body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"],
+                         row["link"] if shaped else "%s (not shaped)" % row["link"], spread(row["eval_tps"]),
+                         spread(row["prompt_tps"]), expected_cell(guess, "decode_tps"),
+                         ratio_text(guess.get("decode_tps_ratio")), expected_cell(guess, "prompt_tps"),
+                         ratio_text(guess.get("prompt_tps_ratio"))])
+    return markdown_table(headers, body) if body else ""
+
+
+def sweep_notices(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    notices = []  # type: List[str]
+    for row in rows:
+        for notice in (row.get("link_shaping") or {}).get("notices") or []:
+            line = "%s: %s" % (row["link"], notice)
+            if line not in notices:
+                notices.append(line)
+    return notices
 
 
 def runtimes_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -144,13 +183,17 @@ def network_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
-                   repeated: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
+                   repeated: Sequence[Mapping[str, Any]] = (), plots: Sequence[Mapping[str, str]] = ()) -> Dict[str, Any]:
     rows = aggregate(records)
+    expected = expectations(rows)
     return {
         "repeated": list(repeated),
+        "sweep_table": sweep_table(rows, expected),
+        "sweep_notices": sweep_notices(rows),
+        "plots": list(plots),
         "run_id": records[0]["run_id"] if records else "",
         "finished": records[-1].get("finished", "") if records else "",
-        "results_table": results_table(rows),
+        "results_table": results_table(rows, expected),
         "runtimes_table": runtimes_table(rows),
         "profile_table": profile_table(profile) if profile else "",
         "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
@@ -171,13 +214,22 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
 
 
 def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
-                  repeated: Sequence[Mapping[str, Any]] = (), template: Optional[str] = None) -> Tuple[str, str]:
-    """report.md from templates/report.md.j2, and the main table for the console."""
+                  repeated: Sequence[Mapping[str, Any]] = (), template: Optional[str] = None,
+                  plot_dir: Optional[str] = None) -> Tuple[str, str]:
+    """report.md from templates/report.md.j2, and the main table for the console. With plot_dir, a
+    sweep's plots are drawn there (PNG, matplotlib) and linked from the report."""
     import jinja2  # the controller's; the rest of this module is standard library
+
+    plots = []  # type: List[Dict[str, str]]
+    if plot_dir:
+        from benchplot import plot_all
+
+        rows = aggregate(records)
+        plots = plot_all(plot_dir, [series for series in sweep_series(rows) if len(series["rows"]) > 1], rows)
 
     path = template or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates", "report.md.j2")
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
-    context = report_context(records, profile, repeated)
+    context = report_context(records, profile, repeated, plots)
     text = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined).from_string(source)
     return text.render(**context), context["results_table"]

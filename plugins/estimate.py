@@ -72,6 +72,25 @@ def model_facts(path: str) -> Dict[str, Any]:
     }
 
 
+def header_facts(prefix_path: str, file_bytes: int) -> Dict[str, Any]:
+    """model_facts from the first bytes of a weights file (fetched from a node): padded with a hole
+    to the file's size, so the gguf library finds every tensor it expects (as zeros), on no disk."""
+    import shutil
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as padded:
+        with open(prefix_path, "rb") as prefix:
+            shutil.copyfileobj(prefix, padded)
+        padded.truncate(max(int(file_bytes), os.path.getsize(prefix_path)))
+        padded.flush()
+        try:
+            facts = model_facts(padded.name)
+        except (ValueError, IndexError, KeyError) as error:
+            raise ValueError("%s: the first %d bytes do not hold the whole GGUF header (%s); fetch more of it"
+                             % (prefix_path, os.path.getsize(prefix_path), error))
+    return facts
+
+
 def boundary_bytes_per_token(n_embd: int, runtime: str, act_bytes: Optional[float]) -> Dict[str, Any]:
     """Bytes per token that cross one pipeline boundary, and the fixed bytes per message."""
     if runtime == "prima":

@@ -7,7 +7,7 @@ error says which, and `tc_notice` turns it into a sentence for the report.
 
 import math
 import re
-from typing import List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 UNITS = {"bit": 1, "kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9, "tbit": 10 ** 12}
 
@@ -59,3 +59,81 @@ def tc_notice(stderr: str, what: str = "netem") -> Optional[str]:
     if "Cannot find device" in stderr:
         return "tc cannot find the cluster interface: %s" % stderr.strip()
     return None
+
+
+def parse_delay(text: str) -> float:
+    """'2ms' -> 2.0, '500us' -> 0.5 (milliseconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|us)\s*", str(text).lower())
+    if not match:
+        raise ValueError("added delay %r: write it like 2ms or 500us" % (text,))
+    return float(match.group(1)) / (1000.0 if match.group(2) == "us" else 1.0)
+
+
+def parse_links(value: Union[str, Sequence[str], None]) -> List[Dict[str, Any]]:
+    """`-e links=1gbit,2.5gbit:2ms` -> one sweep step per entry: rate, optional added delay.
+
+    No value: one step, the network as it is ("unshaped")."""
+    if value is None or value == "" or value == []:
+        return [{"label": "unshaped", "bits": 0, "delay_ms": 0.0}]
+    entries = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(part).strip() for part in value]
+    steps, problems = [], []  # type: List[Dict[str, Any]], List[str]
+    for entry in entries:
+        rate, _, delay = entry.partition(":")
+        try:
+            step = {"label": entry.lower(), "bits": parse_rate(rate), "delay_ms": parse_delay(delay) if delay else 0.0}
+        except ValueError as error:
+            problems.append("links: %s" % error)
+            continue
+        if step["bits"] < 10 ** 5:
+            problems.append("links: %s is below 100kbit, too slow to move a model's activations" % entry)
+        elif any(earlier["label"] == step["label"] for earlier in steps):
+            problems.append("links: %s is given twice" % entry)
+        else:
+            steps.append(step)
+    if problems:
+        raise ValueError("; ".join(problems) + " (write -e links=1gbit,2.5gbit,10gbit; RATE:DELAY adds a delay, "
+                         "like 1gbit:2ms)")
+    return steps
+
+
+def interface_with(address: str, ip_output: str) -> Optional[str]:
+    """The device holding `address`, from `ip -o -4 addr show` ("2: eth0    inet 10.0.0.1/24 ...")."""
+    for line in ip_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet" and fields[3].split("/")[0] == address:
+            return fields[1].split("@")[0]
+    return None
+
+
+def step_commands(device: str, step: Mapping[str, Any], with_delay: bool) -> List[List[str]]:
+    """tc argv for a sweep step: with its added delay (netem over tbf) or the rate alone."""
+    delay = float(step.get("delay_ms") or 0.0) if with_delay else 0.0
+    return shaping_commands(device, int(step["bits"]), delay_ms=delay, netem=delay > 0)
+
+
+def _first_refusal(results: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    for result in results:
+        if result.get("rc", 0) != 0:
+            return (result.get("stderr") or result.get("msg") or "tc failed").strip()
+    return None
+
+
+def shaping_result(results: Sequence[Mapping[str, Any]], rate_only: Sequence[Mapping[str, Any]],
+                   step: Mapping[str, Any]) -> Dict[str, Any]:
+    """What the tc calls of a step achieved: shaped or not, delay or not, a notice for the report, or an error."""
+    wants_delay = float(step.get("delay_ms") or 0.0) > 0
+    outcome = {"label": step["label"], "shaped": True, "delay_applied": wants_delay, "notice": "", "error": ""}
+    refusal = _first_refusal(results)
+    if refusal is None:
+        return outcome
+    outcome["delay_applied"] = False
+    if wants_delay and rate_only and _first_refusal(rate_only) is None:
+        outcome["notice"] = tc_notice(refusal) or "tc refused the added delay (%s): links are shaped by rate only" % refusal
+        return outcome
+    refusal = _first_refusal(rate_only) if wants_delay and rate_only else refusal
+    outcome["shaped"] = False
+    if refusal and "Operation not permitted" in refusal:
+        outcome["notice"] = tc_notice(refusal) or refusal
+    else:
+        outcome["error"] = refusal or "tc failed"
+    return outcome

@@ -77,7 +77,7 @@ class CallbackModule(CallbackBase):
         results = os.path.join(os.path.dirname(run_dir), self.get_option("results_file"))
         report_path = os.path.join(run_dir, "report.md")
         # The report first: if it cannot be made, results.jsonl stays as it was.
-        text, main_table = render_report(self.runs, self.profile, self.repeated)
+        text, main_table = render_report(self.runs, self.profile, self.repeated, plot_dir=run_dir)
         with open(report_path, "x", encoding="utf-8") as handle:
             handle.write(text)
         written = append_results(results, self.runs)

@@ -1,7 +1,15 @@
 """bench.yml's checks across ranks (pure functions over hostvars-like mappings)."""
 
 import json
+import os
+import sys
 from typing import Any, Dict, List, Mapping, Sequence
+
+from ansible.errors import AnsibleFilterError
+
+# Ansible loads filter files one by one, not as a package: reach plugins/estimate.py by path.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from estimate import header_facts as estimate_header_facts  # noqa: E402
 
 # Which local fact holds each runtime's build, and which binaries of it the ranks run.
 BUILD_FACTS = {
@@ -118,6 +126,34 @@ def network(plans: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any]) -> 
     return rows
 
 
+def probe_payload_bytes(link_bits: int, payload_mib: int, seconds: float = 0.5) -> int:
+    """The probe's payload: bench_probe_payload_mib, or half a second's worth of a slower shaped link."""
+    payload = int(payload_mib) * 1048576
+    return min(payload, int(int(link_bits) / 8 * seconds)) if int(link_bits) > 0 else payload
+
+
+def link_shaping(host_vars: Sequence[Mapping[str, Any]], step: Mapping[str, Any]) -> Dict[str, Any]:
+    """How a sweep step went on the plan's hosts: shaped on all of them or not, delay or not, and why."""
+    if not int(step.get("bits") or 0):
+        return {"shaped": False, "delay_applied": False, "notices": []}
+    results = [dict(variables.get("link_result") or {}) for variables in host_vars]
+    notices = sorted({result["notice"] for result in results if result.get("notice")})
+    return {"shaped": bool(results) and all(result.get("shaped") for result in results),
+            "delay_applied": bool(results) and all(result.get("delay_applied") for result in results),
+            "notices": notices}
+
+
+def header_facts(header_path: str, entry: Mapping[str, Any]) -> Dict[str, Any]:
+    """The model's facts from its first file's header; file_bytes of the whole model (every part)."""
+    files = sorted(entry["files"], key=lambda spec: spec["name"])
+    try:
+        facts = estimate_header_facts(header_path, int(files[0].get("size") or 0))
+    except ValueError as error:
+        raise AnsibleFilterError("%s (raise bench_header_mib)" % error)
+    facts["file_bytes"] = sum(int(spec.get("size") or 0) for spec in files)
+    return facts
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -125,4 +161,7 @@ class FilterModule:
             "bench_probe_spec": probe_spec,
             "bench_rank_reports": rank_reports,
             "bench_network": network,
+            "bench_probe_payload_bytes": probe_payload_bytes,
+            "bench_link_shaping": link_shaping,
+            "bench_header_facts": header_facts,
         }

@@ -7,66 +7,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import NODES, REPO, BackgroundRun, run_playbook, write_figures
-
-NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
-STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
-RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")
-PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
-
-
-@pytest.fixture(scope="module")
-def provisioned(site_runs):
-    yield site_runs
-    # Tests here render the units with other parameters (-e launch_*), as a user may; the
-    # units keep the last parameters applied. Put back what site.yml renders.
-    restore = run_playbook("playbooks/launch.yml", label="launch-restore")
-    assert restore.status == "successful", restore.describe()
-
-
-def bench(reports, run_id, label, background=False, **extravars):
-    args = dict(extravars={"model": "tiny", **extravars}, label=label,
-                envvars={"PRIMA_BENCH_REPORTS_DIR": str(reports), "PRIMA_BENCH_RUN_ID": run_id})
-    if background:
-        return BackgroundRun("bench.yml", **args)
-    return run_playbook("bench.yml", **args)
-
-
-def rank_processes():
-    """Every rank process on any node (the sandbox's nodes share the host's process table)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return [line.strip() for line in out.splitlines() if RANK_BINARIES.search(line) and "ps -eo" not in line]
+from conftest import NODE_ROOT, PRIMA, REPO, STATE, bench, rank_processes, running_child, wait_for, write_figures
 
 
 def perflog(path):
     out = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "perflog.py"), path], capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)[0]
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting for " + what)
-
-
-def running_child(node, unit):
-    """The pid of the binary the unit runs (the child of its timeout process), once it is up."""
-    try:
-        with open(os.path.join(STATE % (node, unit), "child.pid")) as handle:
-            timeout_pid = handle.read().strip()
-        with open("/proc/%s/task/%s/children" % (timeout_pid, timeout_pid)) as handle:
-            children = handle.read().split()
-    except (OSError, ValueError):
-        return None
-    return int(children[0]) if children else None
 
 
 def assert_clean_failure(result, reports, results_before, *expected):

@@ -2,7 +2,7 @@
 
 import json
 
-from bench import agreement_problems, probe_spec, rank_reports
+from bench import agreement_problems, link_shaping, probe_payload_bytes, probe_spec, rank_reports
 from launch import GIB, launch_plans
 
 CATALOG = {"tiny": {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8000}]}}
@@ -88,3 +88,20 @@ def test_network_rows_per_rank_and_target():
     rows = network(list(plans("prima").values()), hostvars)
     assert rows == [{"host": "n0", "target": "10.0.0.1:10001", "rtt_ms": 0.3, "mbit_s": None},
                     {"host": "n0", "target": "10.0.0.1:9001", "rtt_ms": 0.2, "mbit_s": 940.5}]
+
+
+def test_probe_payload_is_half_a_second_of_a_slow_link():
+    assert probe_payload_bytes(0, 16) == 16 * 1048576
+    assert probe_payload_bytes(10 ** 10, 16) == 16 * 1048576
+    # 10 Mbit/s: 10e6 / 8 x 0.5 s = 625,000 bytes
+    assert probe_payload_bytes(10 ** 7, 16) == 625000
+
+
+def test_link_shaping_of_a_step_across_hosts():
+    step = {"label": "1gbit:2ms", "bits": 10 ** 9, "delay_ms": 2.0}
+    notice = "this kernel has no netem qdisc"
+    hosts = [{"link_result": {"shaped": True, "delay_applied": False, "notice": notice}},
+             {"link_result": {"shaped": True, "delay_applied": False, "notice": notice}}]
+    assert link_shaping(hosts, step) == {"shaped": True, "delay_applied": False, "notices": [notice]}
+    assert link_shaping(hosts + [{}], step)["shaped"] is False
+    assert link_shaping(hosts, {"label": "unshaped", "bits": 0})["shaped"] is False

@@ -9,7 +9,8 @@ import gguf
 import numpy as np
 import pytest
 
-from estimate import GIB, boundaries_crossed, decode_estimate, estimate, kv_bytes_per_token, main, model_facts
+from estimate import (GIB, boundaries_crossed, decode_estimate, estimate, header_facts, kv_bytes_per_token, main,
+                      model_facts)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,6 +82,20 @@ def test_context_fit_needs_and_uses_the_weights(tmp_path, llama70b):
     assert result["kv_bytes_per_token"] == 512
     # free: 2 GiB - the file - 2 x 0.25 GiB reserve, in 512-byte tokens
     assert result["context_fit_tokens"] == int((2 * GIB - os.path.getsize(path) - 0.5 * GIB) // 512)
+
+
+def test_facts_from_the_first_bytes_of_the_weights(tmp_path):
+    # What bench.yml fetches from a node: the file's first bytes only.
+    tensors = {"token_embd.weight": np.ones((64, 4096), dtype=np.float32)}  # 1 MiB of weights
+    path = header_only(tmp_path / "whole.gguf", layers=2, embd=64, heads=4, heads_kv=4, context=512, tensors=tensors)
+    whole = model_facts(path)
+    prefix = tmp_path / "prefix.gguf"
+    prefix.write_bytes(open(path, "rb").read(64 * 1024))
+    assert header_facts(str(prefix), os.path.getsize(path)) == dict(whole)
+    # Too few bytes for the header itself: said, with the way out.
+    prefix.write_bytes(open(path, "rb").read(40))
+    with pytest.raises(ValueError, match="do not hold the whole GGUF header"):
+        header_facts(str(prefix), os.path.getsize(path))
 
 
 def test_latency_bound_decode():

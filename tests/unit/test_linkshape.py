@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from linkshape import parse_rate, removal_command, shaping_commands, tbf_burst_bytes, tc_notice, tc_rate
+from linkshape import (interface_with, parse_delay, parse_links, parse_rate, removal_command, shaping_commands,
+                       shaping_result, step_commands, tbf_burst_bytes, tc_notice, tc_rate)
 
 
 def test_rates():
@@ -15,6 +16,27 @@ def test_rates():
     with pytest.raises(ValueError, match="write it like 1gbit"):
         parse_rate("fast")
     assert tc_rate(2_500_000_000) == "2500mbit" and tc_rate(10 ** 9) == "1gbit" and tc_rate(1500) == "1500bit"
+
+
+def test_sweep_steps():
+    assert parse_links(None) == parse_links("") == [{"label": "unshaped", "bits": 0, "delay_ms": 0.0}]
+    assert parse_links("1gbit, 2.5Gbit:2ms") == [{"label": "1gbit", "bits": 10 ** 9, "delay_ms": 0.0},
+                                                 {"label": "2.5gbit:2ms", "bits": 2_500_000_000, "delay_ms": 2.0}]
+    assert parse_links(["10gbit"])[0]["bits"] == 10 ** 10
+    assert parse_delay("500us") == 0.5
+    with pytest.raises(ValueError) as error:
+        parse_links("1gbit,fast,1gbit,10kbit,1gbit:soon")
+    message = str(error.value)
+    for part in ("links: link rate 'fast'", "links: 1gbit is given twice", "10kbit is below 100kbit",
+                 "added delay 'soon'", "-e links=1gbit,2.5gbit,10gbit"):
+        assert part in message
+
+
+def test_interface_holding_the_cluster_address():
+    output = ("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
+              "2: eth0@if7    inet 10.77.0.10/24 brd 10.77.0.255 scope global eth0\\       valid_lft forever\n")
+    assert interface_with("10.77.0.10", output) == "eth0"
+    assert interface_with("10.77.0.1", output) is None
 
 
 def test_tbf_burst_covers_a_timer_tick():
@@ -58,3 +80,32 @@ def test_this_kernel_in_a_namespace_of_our_own():
         assert "tbf" not in tc(["tc", "qdisc", "show", "dev", "lo"]).stdout
     finally:
         subprocess.run(["ip", "netns", "del", namespace], check=True)
+
+
+def ok(argv=None):
+    return {"rc": 0, "stderr": "", "cmd": argv or ["tc"]}
+
+
+def refused(stderr):
+    return {"rc": 2, "stderr": stderr, "cmd": ["tc"]}
+
+
+def test_what_a_step_achieved():
+    rate = {"label": "1gbit", "bits": 10 ** 9, "delay_ms": 0.0}
+    delayed = {"label": "1gbit:2ms", "bits": 10 ** 9, "delay_ms": 2.0}
+    assert shaping_result([ok()], [], rate) == {"label": "1gbit", "shaped": True, "delay_applied": False,
+                                                "notice": "", "error": ""}
+    assert shaping_result([ok(), ok()], [], delayed)["delay_applied"] is True
+    # No netem in this kernel: the rate alone, and a notice that says so.
+    no_netem = shaping_result([refused("Error: Specified qdisc kind is unknown."), refused("x")], [ok()], delayed)
+    assert no_netem["shaped"] and not no_netem["delay_applied"] and "no netem qdisc" in no_netem["notice"]
+    # A container without NET_ADMIN: not shaped, a notice; anything else is an error.
+    forbidden = shaping_result([refused("RTNETLINK answers: Operation not permitted")], [], rate)
+    assert not forbidden["shaped"] and "NET_ADMIN" in forbidden["notice"] and forbidden["error"] == ""
+    broken = shaping_result([refused("Error: Invalid burst")], [], rate)
+    assert not broken["shaped"] and broken["error"] == "Error: Invalid burst"
+
+
+def test_step_commands():
+    assert step_commands("eth0", {"bits": 10 ** 8, "delay_ms": 2.0}, True)[0][6:10] == ["handle", "1:", "netem", "delay"]
+    assert step_commands("eth0", {"bits": 10 ** 8, "delay_ms": 2.0}, False)[0][6:9] == ["tbf", "rate", "100mbit"]

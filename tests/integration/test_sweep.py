@@ -1,0 +1,91 @@
+"""Link sweeps on the sandbox: each step shapes every node's cluster interface with tc, the report
+gets one row per step with the estimate beside it, and no qdisc is left, also after an interrupt."""
+
+import json
+import os
+import signal
+import subprocess
+
+from conftest import NODE_ROOT, NODES, PRIMA, STATE, bench, rank_processes, running_child, wait_for, write_figures
+
+
+def shaping():
+    """Every tbf/netem qdisc on the nodes' cluster interfaces, by node."""
+    found = {}
+    for node in NODES:
+        out = subprocess.run(["ip", "netns", "exec", "psb-%s" % node, "tc", "qdisc", "show"], capture_output=True,
+                             text=True, check=True).stdout
+        found[node] = [line for line in out.splitlines() if " tbf " in line or " netem " in line]
+    return found
+
+
+def ansible_playbook_of(run_id):
+    """The ansible-playbook process running PRIMA_BENCH_RUN_ID=run_id."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open("/proc/%s/environ" % pid, "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"ansible-playbook") for arg in argv[:2]) and \
+                ("PRIMA_BENCH_RUN_ID=%s" % run_id).encode() in environ:
+            return int(pid)
+    return None
+
+
+def test_sweep_of_two_rates(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    result = bench(reports, "sweep-1", "bench-sweep", runtime="all", runs=2, links="1gbit,20mbit:1ms")
+    assert result.status == "successful", result.describe()
+    assert shaping() == {node: [] for node in NODES}
+    # This kernel has no netem: the delay is refused and said so, the rate is shaped all the same.
+    assert "this kernel has no netem qdisc" in result.stdout
+    runs = [json.loads(line) for line in (reports / "results.jsonl").read_text().splitlines()]
+    split = ["prima", "llama_rpc"] if PRIMA else ["llama_rpc"]
+    assert sorted({(run["runtime"], run["link"]) for run in runs}) == sorted(
+        (runtime, link) for runtime in split + ["single"] for link in ("1gbit", "20mbit:1ms"))
+    for run in runs:
+        assert run["link_shaping"]["shaped"] is True and run["model_facts"]["n_embd"] == 512
+    # The probe measured each step's link as shaped: the head's throughput to a worker.
+    throughput = {run["link"]: max(row["mbit_s"] for row in run["network"]) for run in runs}
+    assert throughput["20mbit:1ms"] < 25 < 200 < throughput["1gbit"], throughput
+    report = (reports / "sweep-1" / "report.md").read_text()
+    assert "## Link sweep: measured, with the estimate beside it" in report
+    for link in ("1gbit", "20mbit:1ms"):
+        assert "| llama.cpp RPC | tiny | %s | " % link in report
+    assert "![llama.cpp RPC, tiny](sweep-llama_rpc-tiny.png)" in report
+    assert (reports / "sweep-1" / "sweep-llama_rpc-tiny.png").read_bytes().startswith(b"\x89PNG")
+    # The figure for the closing note: estimated against measured decode, per step.
+    rows = [line for line in report.splitlines() if line.startswith(("| prima.cpp | tiny |", "| llama.cpp RPC | tiny |"))]
+    write_figures("sweep-figures.json", {"command": "bench.yml -e model=tiny -e runtime=all -e runs=2 "
+                                                    "-e links=1gbit,20mbit:1ms", "rows": rows})
+
+
+def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    run = bench(reports, "sweep-int", "bench-sweep-interrupted", background=True, runtime="llama_rpc", runs=1,
+                links="50mbit", link_guard_quiet_s=5, launch_n_predict=100000, launch_ctx_size=2048,
+                launch_timeout_s=30)
+    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
+    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
+             and os.path.getsize(head_out) > 0, 180, "the head to generate on the shaped link")
+    assert all(shaping().values()), shaping()
+    # Ctrl-C: SIGINT to ansible-playbook's process group; its `always` cleanup does not run.
+    os.killpg(os.getpgid(ansible_playbook_of("sweep-int")), signal.SIGINT)
+    result = run.finish()
+    assert result.status != "successful", result.describe()
+    # The guard on each node: once no rank runs (the head ends by its 30 s timeout) and nothing has
+    # changed for 5 s, the shaping goes.
+    wait_for(lambda: shaping() == {node: [] for node in NODES}, 90, "the guards to remove the shaping")
+    wait_for(lambda: rank_processes() == [], 30, "the ranks to end")
+    for node in NODES:
+        assert not os.path.exists(os.path.join(NODE_ROOT % node, "var/lib/prima-bench/link.shaped"))
+    # An interrupted bench.yml leaves its lock, and the next one says how to clear it.
+    lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
+    assert os.readlink(lock) == "sweep-int"
+    os.remove(lock)
+    assert not (reports / "results.jsonl").exists()
