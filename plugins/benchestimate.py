@@ -31,7 +31,11 @@ def link_gbit(row: Mapping[str, Any]) -> Optional[float]:
 
 
 def round_trip_ms(row: Mapping[str, Any]) -> float:
-    return _median([item.get("rtt_ms") for item in row.get("network") or []]) or 0.0
+    """The probe's median handshake on the link as it is (on a shaped link it queues behind the other
+    ranks' payloads), plus twice the delay a step added where netem applied it (each way)."""
+    base = _median([item.get("rtt_ms") for item in row.get("base_network") or row.get("network") or []]) or 0.0
+    shaping = row.get("link_shaping") or {}
+    return base + (2 * float(row.get("link_delay_ms") or 0.0) if shaping.get("delay_applied") else 0.0)
 
 
 def baseline(rows: Sequence[Mapping[str, Any]], model: str, link: str) -> Optional[Mapping[str, Any]]:
@@ -93,6 +97,41 @@ def expected_curve(rows: Sequence[Mapping[str, Any]], runtime: str, model: str,
         return []
     rtt = _median([round_trip_ms(row) for row in steps]) or 0.0
     return [dict(model_of(steps[0], rate, rtt, single), rate_gbit=rate) for rate in rates_gbit]
+
+
+def transfer_ms(row: Mapping[str, Any], rate_gbit: Optional[float]) -> float:
+    """One token's message across one boundary at the rate."""
+    boundary = boundary_bytes_per_token(int((row.get("model_facts") or {})["n_embd"]), row["runtime"], None)
+    return (boundary["per_token"] + boundary["per_message"]) * 8 / (rate_gbit * 1e9) * 1000 if rate_gbit else 0.0
+
+
+def boundary_costs(rows: Sequence[Mapping[str, Any]]) -> Dict[Key, Dict[str, Any]]:
+    """What each boundary really cost per token, measured ((split - single ms/token) / boundaries),
+    against the model's (half the round trip and the transfer); and, along a sweep, the decode
+    predicted with the cost beyond the transfer fitted at the fastest step (the others are out of sample)."""
+    costs = {}  # type: Dict[Key, Dict[str, Any]]
+    for series in sweep_series(rows):
+        fastest = series["rows"][-1]
+        single = baseline(rows, series["model"], fastest["link"])
+        if single is None or not (fastest.get("model_facts") or {}).get("n_embd"):
+            continue
+        hops = boundaries_crossed(series["runtime"], int(fastest["world"]))
+        if not hops or fastest["ms_per_token"]["median"] is None:
+            continue
+        single_ms = single["ms_per_token"]["median"]
+        fixed = (fastest["ms_per_token"]["median"] - single_ms) / hops - transfer_ms(fastest, link_gbit(fastest))
+        for row in series["rows"]:
+            rate = link_gbit(row)
+            measured_ms = row["ms_per_token"]["median"]
+            fitted_ms = single_ms + hops * (fixed + transfer_ms(row, rate))
+            fitted = 1000.0 / fitted_ms if fitted_ms > 0 else None
+            costs[(row["runtime"], row["model"], row["link"])] = {
+                "measured_ms": (measured_ms - single_ms) / hops if measured_ms is not None else None,
+                "expected_ms": round_trip_ms(row) / 2 + transfer_ms(row, rate),
+                "fitted_decode_tps": fitted, "fitted_at": fastest["link"], "is_fit": row is fastest,
+                "fitted_ratio": row["eval_tps"]["median"] / fitted if fitted and row["eval_tps"]["median"] else None,
+            }
+    return costs
 
 
 def sweep_series(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:

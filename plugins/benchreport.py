@@ -6,7 +6,7 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from benchestimate import Key, expectations, expected_cell, ratio_text, sweep_series
+from benchestimate import Key, boundary_costs, expectations, expected_cell, ratio_text, sweep_series
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
 Number = Optional[float]
@@ -56,7 +56,8 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                "hosts": runs[0].get("hosts", []), "prompt_tokens": (runs[0].get("perf") or {}).get("prompt_tokens"),
                # What the estimate beside this row needs: the step's link, its probe, the model's header.
                "link_bits": int(runs[0].get("link_bits") or 0), "link_shaping": runs[0].get("link_shaping") or {},
-               "network": runs[0].get("network") or [], "model_facts": runs[0].get("model_facts") or {}}
+               "network": runs[0].get("network") or [], "base_network": runs[0].get("base_network") or [],
+               "link_delay_ms": runs[0].get("link_delay_ms") or 0.0, "model_facts": runs[0].get("model_facts") or {}}
         for metric, _ in METRICS:
             row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
         rows.append(row)
@@ -99,18 +100,32 @@ def results_table(rows: Sequence[Mapping[str, Any]], expected: Optional[Mapping[
 def sweep_table(rows: Sequence[Mapping[str, Any]], expected: Mapping[Key, Mapping[str, Any]]) -> str:
     """The page's table, measured: per link step, decode and prefill t/s with the estimate and the ratio."""
     headers = ["Runtime", "Model", "Link", "Decode (t/s)", "Prefill (t/s)", "Expected decode", "Measured/expected",
-               "Expected prefill", "Measured/expected"]
+               "Expected prefill", "Measured/expected", "ms per boundary, measured / expected", "Fitted decode",
+               "Measured/fitted"]
+    costs = boundary_costs(rows)
     body = []
     for series in sweep_series(rows):
         for row in series["rows"]:
-            guess = expected.get((row["runtime"], row["model"], row["link"]), {})
-            shaped = (row.get("link_shaping") or {}).get("shaped")
-            body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"],
-                         row["link"] if shaped else "%s (not shaped)" % row["link"], spread(row["eval_tps"]),
+            key = (row["runtime"], row["model"], row["link"])
+            guess, cost = expected.get(key, {}), costs.get(key, {})
+            body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], link_title(row),
+                         spread(row["eval_tps"]),
                          spread(row["prompt_tps"]), expected_cell(guess, "decode_tps"),
                          ratio_text(guess.get("decode_tps_ratio")), expected_cell(guess, "prompt_tps"),
-                         ratio_text(guess.get("prompt_tps_ratio"))])
+                         ratio_text(guess.get("prompt_tps_ratio")),
+                         "%s / %s" % (_fmt(cost.get("measured_ms"), 3), _fmt(cost.get("expected_ms"), 3)) if cost else "—",
+                         ("%s (fit)" if cost.get("is_fit") else "%s") % _fmt(cost.get("fitted_decode_tps")) if cost else "—",
+                         ratio_text(cost.get("fitted_ratio"))])
     return markdown_table(headers, body) if body else ""
+
+
+def link_title(row: Mapping[str, Any]) -> str:
+    shaping = row.get("link_shaping") or {}
+    if not shaping.get("shaped"):
+        return "%s (not shaped)" % row["link"]
+    if float(row.get("link_delay_ms") or 0) > 0 and not shaping.get("delay_applied"):
+        return "%s (rate only, no delay)" % row["link"]
+    return row["link"]
 
 
 def sweep_notices(rows: Sequence[Mapping[str, Any]]) -> List[str]:
@@ -164,22 +179,41 @@ def profile_table(nodes: Sequence[Mapping[str, Any]]) -> str:
 
 def runs_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Every run, warm-ups included, with its own figures and the split each rank really used."""
-    headers = ["Unit", "Run", "Prompt tokens", "Prompt t/s", "Decode runs", "Decode t/s", "Total ms", "Ranks used"]
+    headers = ["Unit", "Link", "Run", "Prompt tokens", "Prompt t/s", "Decode runs", "Decode t/s", "Total ms",
+               "Ranks used"]
     body = []
     for record in records:
         perf = record.get("perf") or {}
         used = ", ".join("r%s %s" % (rank["rank"], "removed" if rank["removed"] else "lw %s ngl %s" % (
             rank["window"], rank["gpu_layers"])) for rank in record.get("ranks", [])) or "—"
         label = "warm-up %s" % record.get("run_index") if record.get("warmup") else "run %s" % record.get("run_index")
-        body.append([record["unit"], label, _fmt(perf.get("prompt_tokens"), 0), _fmt(perf.get("prompt_tps")),
+        body.append([record["unit"], record.get("link", ""), label, _fmt(perf.get("prompt_tokens"), 0),
+                     _fmt(perf.get("prompt_tps")),
                      _fmt(perf.get("eval_runs"), 0), _fmt(perf.get("eval_tps")), _fmt(perf.get("total_ms")), used])
     return markdown_table(headers, body)
 
 
-def network_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Each rank to each address it connects to: TCP handshake time and payload throughput."""
-    body = [[row["host"], row["target"], _fmt(row.get("rtt_ms"), 3), _fmt(row.get("mbit_s"), 1)] for row in rows]
-    return markdown_table(["From", "To", "Handshake ms", "Throughput Mbit/s"], body)
+def network_table(rows: Sequence[Mapping[str, Any]], link: Optional[str] = None) -> str:
+    """Each rank to each address it connects to: TCP handshake time and payload throughput
+    (with the link each probe ran on, for a sweep)."""
+    body = [([link] if link is not None else []) + [row["host"], row["target"], _fmt(row.get("rtt_ms"), 3),
+                                                    _fmt(row.get("mbit_s"), 1)] for row in rows]
+    return markdown_table((["Link"] if link is not None else []) + ["From", "To", "Handshake ms", "Throughput Mbit/s"],
+                          body)
+
+
+def networks_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """The probe before the runs, and on a sweep the probe of each shaped step."""
+    if not records or not records[0].get("network"):
+        return ""
+    if not any(record.get("link_bits") for record in records):
+        return network_table(records[0]["network"])
+    probes = [("as it is", records[0].get("base_network") or [])]
+    for record in records:
+        if record.get("link") not in [link for link, _ in probes]:
+            probes.append((record["link"], record.get("network") or []))
+    tables = [network_table(rows, link) for link, rows in probes if rows]
+    return "\n".join([tables[0]] + ["\n".join(table.splitlines()[2:]) for table in tables[1:]])
 
 
 def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
@@ -199,7 +233,7 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
         "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
                                       if record.get("device_profile")), ""),
         "runs_table": runs_table(records),
-        "network_table": network_table(records[0]["network"]) if records and records[0].get("network") else "",
+        "network_table": networks_table(records),
         "rows": rows,
     }
 
@@ -231,5 +265,6 @@ def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappin
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     context = report_context(records, profile, repeated, plots)
-    text = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined).from_string(source)
+    text = jinja2.Environment(keep_trailing_newline=True, trim_blocks=True,
+                              undefined=jinja2.StrictUndefined).from_string(source)
     return text.render(**context), context["results_table"]

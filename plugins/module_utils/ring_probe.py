@@ -105,6 +105,10 @@ class Acceptor(threading.Thread):
         super().__init__(daemon=True)
         self.listeners, self.payload_bytes = list(listeners), payload_bytes
         self.accepted = {}  # type: Dict[int, List[str]]
+        # Peers whose payload was read to the end (or that gave up): only then may the probe end,
+        # or a peer still sending (a slow, shaped link) would see its connection reset.
+        self.done = {}  # type: Dict[int, List[str]]
+        self.lock = threading.Lock()
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -115,10 +119,18 @@ class Acceptor(threading.Thread):
                     conn, peer = sock.accept()
                 except OSError:
                     continue
-                self.accepted.setdefault(sock.getsockname()[1], []).append(peer[0])
-                threading.Thread(target=self.drain, args=(conn,), daemon=True).start()
+                port = sock.getsockname()[1]
+                self.accepted.setdefault(port, []).append(peer[0])
+                threading.Thread(target=self.drain, args=(conn, port, peer[0]), daemon=True).start()
 
-    def drain(self, conn: socket.socket) -> None:
+    def drain(self, conn: socket.socket, port: int, peer: str) -> None:
+        try:
+            self.read_payload(conn)
+        finally:
+            with self.lock:
+                self.done.setdefault(port, []).append(peer)
+
+    def read_payload(self, conn: socket.socket) -> None:
         with conn:
             if not self.payload_bytes:
                 return
@@ -161,7 +173,9 @@ def probe(address: str, ports: Sequence[int], targets: Sequence[Target], expect:
                         throughput[key] = round(mbit_s, 1)
                     errors.pop(key, None)
                     pending.remove(target)
-            if not pending and all(len(acceptor.accepted.get(port, [])) >= expect for port in ports):
+            with acceptor.lock:
+                served = all(len(acceptor.done.get(port, [])) >= expect for port in ports)
+            if not pending and served:
                 break
             time.sleep(0.05)
     finally:

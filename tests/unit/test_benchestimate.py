@@ -16,9 +16,9 @@ def record(runtime, eval_tps, link="1gbit", bits=10 ** 9, shaped=True, prompt_tp
             "network": NETWORK, "model_facts": FACTS, "world": 1 if runtime == "single" else 3,
             "hosts": ["n0", "n1", "n2"], "split": "-lw 3,3,2", "build": "bdf9d8e7", "run_index": index,
             "warmup": False, "finished": "2026-12-02T12:00:00Z", "run_dir": "/tmp/r1",
-            # single: 1000 ms over 20 decode runs = 50 ms/token; 5 prompt tokens in 50 ms
+            # 20 decode runs at eval_tps (single at 20 t/s: 1000 ms, 50 ms/token); 5 prompt tokens in 50 ms
             "perf": {"prompt_tps": prompt_tps, "prompt_ms": 50.0, "prompt_tokens": 5, "eval_tps": eval_tps,
-                     "eval_ms": 1000.0, "eval_runs": 20, "total_ms": 1100.0}}
+                     "eval_ms": 20 * 1000.0 / eval_tps, "eval_runs": 20, "total_ms": 1100.0}}
 
 
 def test_prima_row_against_the_single_node_by_hand():
@@ -64,12 +64,18 @@ def test_sweep_table_and_curve():
         ("prima", ["10mbit", "1gbit"]), ("llama_rpc", ["10mbit"])]
     table = sweep_table(rows, expectations(rows))
     lines = table.splitlines()
-    assert lines[0] == ("| Runtime | Model | Link | Decode (t/s) | Prefill (t/s) | Expected decode | Measured/expected "
-                        "| Expected prefill | Measured/expected |")
+    assert lines[0].startswith("| Runtime | Model | Link | Decode (t/s) | Prefill (t/s) | Expected decode "
+                               "| Measured/expected | Expected prefill | Measured/expected |")
     # 10 Mbit/s: transfer 2121 x 8 / 1e7 s = 1.6968 ms a hop; 50 + 3 x (0.1 + 1.6968) = 55.3904 ms a token
     assert lines[2].startswith("| prima.cpp | tiny | 10mbit | 9.00 ± 0.00 | 80.00 ± 0.00 | %.2f | %.2f |"
                                % (1000 / 55.3904, 9.0 / (1000 / 55.3904)))
     assert "| llama.cpp RPC | tiny | 10mbit (not shaped) |" in table
+    # Fitted at 1gbit (the fastest): prima 100 ms/token, single 50, 3 boundaries: (100 - 50) / 3 = 16.666667 ms a
+    # boundary, 0.016968 of it transfer -> 16.649699 ms fixed. At 10 Mbit/s: 50 + 3 x (16.649699 + 1.6968)
+    # = 105.039497 ms -> 9.52023 t/s, measured 9 (111.111 ms: (111.111 - 50) / 3 = 20.370 ms a boundary,
+    # expected 0.1 + 1.6968 = 1.797 ms).
+    assert lines[2].endswith("| 20.370 / 1.797 | 9.52 | %.2f |" % (9.0 / (1000 / 105.039497)))
+    assert lines[3].endswith("| 16.667 / 0.117 | 10.00 (fit) | 1.00 |")
     curve = expected_curve(rows, "prima", "tiny", [0.01, 1.0])
     assert curve[0]["decode_tps"] == pytest.approx(1000 / 55.3904) and curve[1]["rate_gbit"] == 1.0
 
@@ -85,3 +91,29 @@ def test_report_draws_the_sweep(tmp_path):
     # Without shaped steps: no sweep section, no plot.
     text, _ = render_report([record("single", 20.0, link="unshaped", bits=0)], [], plot_dir=str(tmp_path / "none"))
     assert "## Link sweep" not in text
+
+
+def test_round_trip_from_the_unshaped_probe_plus_the_added_delay():
+    from benchestimate import round_trip_ms
+
+    row = {"network": [{"rtt_ms": 3.0}], "base_network": [{"rtt_ms": 0.2}, {"rtt_ms": 0.4}], "link_delay_ms": 2.0,
+           "link_shaping": {"shaped": True, "delay_applied": True}}
+    # median of 0.2 and 0.4 = 0.3 ms, plus 2 ms each way
+    assert round_trip_ms(row) == pytest.approx(4.3)
+    row["link_shaping"]["delay_applied"] = False
+    assert round_trip_ms(row) == pytest.approx(0.3)
+    assert round_trip_ms({"network": [{"rtt_ms": 3.0}]}) == 3.0
+
+
+def test_network_table_of_a_sweep_has_a_probe_per_step():
+    from benchreport import networks_table
+
+    records = [record("llama_rpc", 10.0, link=link, bits=bits) for link, bits in (("1gbit", 10 ** 9), ("10mbit", 10 ** 7))]
+    records[1]["network"] = [{"host": "n0", "target": "10.77.0.11:50052", "rtt_ms": 2.5, "mbit_s": 9.6}]
+    for item in records:
+        item["base_network"] = [{"host": "n0", "target": "10.77.0.11:50052", "rtt_ms": 0.2, "mbit_s": 9800.0}]
+    lines = networks_table(records).splitlines()
+    assert lines[0] == "| Link | From | To | Handshake ms | Throughput Mbit/s |"
+    assert lines[2] == "| as it is | n0 | 10.77.0.11:50052 | 0.200 | 9800.0 |"
+    assert "| 10mbit | n0 | 10.77.0.11:50052 | 2.500 | 9.6 |" in lines
+    assert len(lines) == 2 + 1 + 2 + 1

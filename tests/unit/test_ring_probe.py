@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from ring_probe import ProbeError, probe
+from ring_probe import ACK, ProbeError, probe
 
 
 def free_ports(count):
@@ -78,3 +78,30 @@ def test_a_wildcard_listener_counts_as_in_use():
         port = holder.getsockname()[1]
         with pytest.raises(ProbeError, match="port %d on 127.0.0.1 is in use" % port):
             probe("127.0.0.1", [port], [], 0, 1)
+
+
+def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
+    # A shaped link: the peer's payload takes a while. Ending at accept() would reset its connection.
+    (port,) = free_ports(1)
+    payload = 256 * 1024
+    results = {}
+    listener = threading.Thread(target=lambda: results.update(probe("127.0.0.1", [port], [], 1, 10, payload)))
+    listener.start()
+    for _ in range(100):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+            break
+        except OSError:
+            threading.Event().wait(0.05)
+    alive_while_sending = []
+    with sock:
+        for _ in range(8):  # 8 x 32 KiB over 0.8 s
+            sock.sendall(b"\0" * (32 * 1024))
+            threading.Event().wait(0.1)
+            alive_while_sending.append(listener.is_alive())
+        # A module process ends when probe() returns, and its reading threads with it.
+        assert all(alive_while_sending[:-1]), alive_while_sending
+        sock.settimeout(5)
+        assert sock.recv(1) == ACK  # the peer read it all and answered, no reset
+    listener.join()
+    assert results["missing_peers"] == []
