@@ -26,7 +26,7 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 
 from readiness import first_line, glance  # noqa: E402
 
-ROLES = ["toolchain", "zeromq", "highs", "cuda", "prima", "llama_cpp", "models", "launch"]
+ROLES = ["toolchain", "zeromq", "highs", "cuda", "prima", "llama_cpp", "models", "launch", "link"]
 RESULTS = {}  # type: Dict[Any, Any]
 
 

@@ -80,6 +80,15 @@ def test_fio(host):
     assert host.exists("fio"), "fio is not on PATH (prima.cpp's profiler needs it): run site.yml"
 
 
+def test_link_sweep_tools(host, node):
+    assert host.exists("tc"), "tc (iproute2) is not on PATH (bench.yml -e links=... shapes with it): run site.yml"
+    guard = node.var("link_guard_script")
+    assert host.file(guard).is_file and host.file(guard).mode & 0o111, \
+        "%s is missing (it takes an interrupted sweep's shaping off): run site.yml" % guard
+    assert not host.file(node.var("link_marker")).exists, \
+        "%s exists: a sweep's shaping is still on; %s remove" % (node.var("link_marker"), guard)
+
+
 def test_cuda(host, node):
     builds = [fact for fact in (node.facts.get("prima"), node.facts.get("llama_cpp")) if fact and fact.get("cuda")]
     if not builds and not host.exists("nvidia-smi"):
