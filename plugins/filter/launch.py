@@ -134,6 +134,8 @@ def launch_plan(runtime: str, hosts: Sequence[str], addresses: Sequence[str], me
         plan = prima_units(hosts, addresses, memory, entry, options)
     else:
         plan = llama_rpc_units(hosts, addresses, options)
+    for unit in plan["units"].values():
+        unit["env"] = dict(options.get("rank_env") or {}, **unit["env"])
     plan.update({"runtime": runtime, "world": len(hosts), "hosts": list(hosts), "head": hosts[0]})
     return plan
 

@@ -127,6 +127,15 @@ def test_head_extra_args_go_to_rank_0_only():
         assert heads == ["n0"], runtime
 
 
+def test_rank_env_reaches_every_rank_under_the_units_own():
+    for runtime in ("prima", "llama_rpc", "single"):
+        plan = plan_for(runtime, 3, rank_env={"OMP_WAIT_POLICY": "passive", "LLAMA_CACHE": "/elsewhere"})
+        for unit in plan["units"].values():
+            assert unit["env"]["OMP_WAIT_POLICY"] == "passive"
+            if runtime == "llama_rpc" and unit["role"] == "worker":
+                assert unit["env"]["LLAMA_CACHE"] == "/var/lib/prima-bench/llama_rpc-tiny/cache"
+
+
 def test_unknown_runtime_and_model():
     with pytest.raises(ValueError, match="runtime 'mpi'"):
         launch_plan("mpi", ["n0"], ["10.0.0.1"], [{"total": 1, "vram": 0}], TINY, OPTIONS)
