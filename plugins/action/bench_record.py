@@ -9,7 +9,6 @@ import sys
 import tarfile
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 # The pure modules live one level up, beside perflog.py (Ansible does not import plugin dirs as packages).
@@ -40,7 +39,7 @@ def read_text(path):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("plan", "ranks", "raw_dir", "run_label", "meta", "tail_lines", "may_retry"))
+    _VALID_ARGS = frozenset(("plan", "ranks", "raw_dir", "run_label", "meta", "tail_lines", "retries"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -61,17 +60,18 @@ class ActionModule(ActionBase):
         record = run_record(plan, ranks, head["stderr"], args.get("meta") or {})
         if not any(value is not None for value in record["perf"].values()):
             stderr = "%s/stderr" % log_dir(head["host"])
-            if log_was_cut(ranks, record) and boolean(args.get("may_retry", False)):
+            attempt = int((args.get("meta") or {}).get("attempt") or 0)
+            if log_was_cut(ranks, record) and attempt < int(args.get("retries") or 0):
                 lost = {"unit": plan["name"], "run": label, "stderr": stderr}
                 self._display.warning("%s %s: the head exited 0 but its log stops before the perf lines (%s): "
                                       "llama.cpp's logger thread lost its tail at exit; running it again"
                                       % (plan["name"], label, stderr))
-                result.update(changed=False, ansible_facts={"bench_run_retry": True, "bench_run_lost": lost})
+                result.update(changed=False, ansible_facts={"bench_run_attempt": attempt + 1, "bench_run_lost": lost})
                 return result
             raise AnsibleActionFail("%s: the head's stderr has no perf lines (%s); %s. If the head exited 0, its log "
                                     "was cut at exit every time it was tried (llama.cpp's logger thread loses what "
                                     "it has not written; bench_log_cut_retries tries again)"
                                     % (plan["name"], stderr, where))
         result.update(changed=False, bench_run_result=record,
-                      ansible_facts={"bench_run_result": record, "bench_run_retry": False})
+                      ansible_facts={"bench_run_result": record, "bench_run_attempt": 0})
         return result

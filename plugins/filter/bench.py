@@ -1,15 +1,7 @@
 """bench.yml's checks across ranks (pure functions over hostvars-like mappings)."""
 
 import json
-import os
-import sys
 from typing import Any, Dict, List, Mapping, Sequence
-
-from ansible.errors import AnsibleFilterError
-
-# Ansible loads filter files one by one, not as a package: reach plugins/estimate.py by path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from estimate import header_facts as estimate_header_facts  # noqa: E402
 
 # Which local fact holds each runtime's build, and which binaries of it the ranks run.
 BUILD_FACTS = {
@@ -143,15 +135,15 @@ def link_shaping(host_vars: Sequence[Mapping[str, Any]], step: Mapping[str, Any]
             "notices": notices}
 
 
-def header_facts(header_path: str, entry: Mapping[str, Any]) -> Dict[str, Any]:
-    """The model's facts from its first file's header; file_bytes of the whole model (every part)."""
-    files = sorted(entry["files"], key=lambda spec: spec["name"])
-    try:
-        facts = estimate_header_facts(header_path, int(files[0].get("size") or 0))
-    except ValueError as error:
-        raise AnsibleFilterError("%s (raise bench_header_mib)" % error)
-    facts["file_bytes"] = sum(int(spec.get("size") or 0) for spec in files)
-    return facts
+def model_files(plans: Sequence[Mapping[str, Any]], catalog: Mapping[str, Any], models_dir: str) -> Dict[str, Any]:
+    """Per model of the plans: the file llama.cpp opens (the first part), its size and the whole model's."""
+    models = {}
+    for plan in plans:
+        files = sorted(catalog[plan["model"]]["files"], key=lambda spec: spec["name"])
+        models[plan["model"]] = {"path": "%s/%s" % (models_dir.rstrip("/"), files[0]["name"]),
+                                 "size": int(files[0].get("size") or 0),
+                                 "total": sum(int(spec.get("size") or 0) for spec in files)}
+    return models
 
 
 class FilterModule:
@@ -163,5 +155,5 @@ class FilterModule:
             "bench_network": network,
             "bench_probe_payload_bytes": probe_payload_bytes,
             "bench_link_shaping": link_shaping,
-            "bench_header_facts": header_facts,
+            "bench_model_files": model_files,
         }
