@@ -64,6 +64,18 @@ def test_sweep_of_two_rates(provisioned, tmp_path):
                                                     "-e links=1gbit,20mbit:1ms", "rows": rows})
 
 
+def test_a_failing_step_takes_its_shaping_off(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    result = bench(reports, "sweep-fail", "bench-sweep-fails", runtime="llama_rpc", runs=1, links="100mbit,50mbit",
+                   launch_rpc_server_extra_args=["--no-such-flag"])
+    assert result.status == "failed", result.describe()
+    assert "rank 1 (n1, llama_rpc worker) did not start" in result.stdout
+    assert shaping() == {node: [] for node in NODES}
+    assert rank_processes() == []
+    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+
+
 def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
