@@ -1,5 +1,6 @@
 """The link sweep's plot: decode and prefill t/s against link rate, measured points over the estimate's line."""
 
+import os
 from typing import Any, Dict, List, Mapping, Sequence
 
 from benchestimate import curve_rates, expected_curve
@@ -43,8 +44,6 @@ def plot_name(series: Mapping[str, Any]) -> str:
 
 
 def plot_all(directory: str, all_series: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, str]]:
-    import os
-
     made = []
     for series in all_series:
         name = plot_name(series)

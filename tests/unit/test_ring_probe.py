@@ -55,13 +55,19 @@ def test_a_ring_of_three_sends_payloads_at_once():
         assert results[index]["throughput_mbit_s"][target] > 0 and target in results[index]["rtt_ms"]
 
 
-def test_port_in_use_is_named():
+def assert_probe_refuses_a_port_held_on(address):
+    """Someone else listens on `address`: the probe on 127.0.0.1 names the port as in use."""
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind((address, 0))
         holder.listen(1)
         port = holder.getsockname()[1]
         with pytest.raises(ProbeError, match="port %d on 127.0.0.1 is in use" % port):
             probe("127.0.0.1", [port], [], 0, 1)
+
+
+def test_port_in_use_is_named():
+    assert_probe_refuses_a_port_held_on("127.0.0.1")
 
 
 def test_unreached_peer_and_missing_connections_are_reported():
@@ -71,13 +77,7 @@ def test_unreached_peer_and_missing_connections_are_reported():
 
 
 def test_a_wildcard_listener_counts_as_in_use():
-    with socket.socket() as holder:
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("0.0.0.0", 0))
-        holder.listen(1)
-        port = holder.getsockname()[1]
-        with pytest.raises(ProbeError, match="port %d on 127.0.0.1 is in use" % port):
-            probe("127.0.0.1", [port], [], 0, 1)
+    assert_probe_refuses_a_port_held_on("0.0.0.0")
 
 
 def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
