@@ -69,8 +69,16 @@ def _rank_problem(rank: Mapping[str, Any], runtime: str, head_ran: bool) -> Opti
     return "%s exited %s during the run: %s" % (who, status, exit_meaning(status))
 
 
+# Exits that follow a peer's loss rather than cause it: timeout's hang (a lost ring rank), abort
+# (llama.cpp's "Remote RPC server crashed"), SIGPIPE (a head gone). Ranks ending so are listed
+# after the others, whatever the clocks say: a wrapper notes its rank's end only once it is
+# scheduled, so on a busy node the consequence can be stamped before its cause.
+CONSEQUENCES = (124, 134, 141)
+
+
 def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: int = 15) -> List[str]:
-    """What went wrong, cause first: ranks that never started, then ranks in the order they ended.
+    """What went wrong, cause first: ranks that never started, then ranks that ended on their own
+    account, then those whose exit follows a peer's loss (CONSEQUENCES), each in the order they ended.
 
     The first rank to die is usually the cause (a killed head takes its RPC workers down with
     SIGPIPE; a killed worker makes the head abort). A prima.cpp worker exits 0 a second after
@@ -80,8 +88,8 @@ def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: 
     """
     head_ran = any(rank["role"] == "head" and rank.get("exit") is not None for rank in ranks)
     problems = []  # type: List[str]
-    ordered = sorted(ranks, key=lambda rank: (not rank.get("listen_error"), rank.get("ended") is None,
-                                              rank.get("ended") or 0.0, rank["rank"]))
+    ordered = sorted(ranks, key=lambda rank: (not rank.get("listen_error"), rank.get("exit") in CONSEQUENCES,
+                                              rank.get("ended") is None, rank.get("ended") or 0.0, rank["rank"]))
     for rank in ordered:
         problem = _rank_problem(rank, runtime, head_ran)
         if problem:

@@ -66,6 +66,18 @@ def test_the_first_rank_to_end_comes_first():
     assert problems[1].startswith("rank 1 (n1, llama_rpc worker) exited 141 during the run: broken pipe")
 
 
+def test_a_consequence_stamped_before_its_cause_still_comes_second():
+    # Seen in CI: the killed worker's wrapper noted its end 0.1 s after the head it took down.
+    ranks = [rank(0, "head", 134, "Remote RPC server crashed or returned malformed response", ended=11.4),
+             rank(1, "worker", 137, "accepted client", ended=11.5)]
+    problems = rank_problems("llama_rpc", ranks)
+    assert problems[0].startswith("rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)")
+    assert problems[1].startswith("rank 0 (n0, llama_rpc head) exited 134: abort (SIGABRT)")
+    # Among consequences, and among causes, the clock decides.
+    both = [rank(0, "head", 124, "", ended=50.0), rank(1, "worker", 141, "", ended=49.0)]
+    assert rank_problems("llama_rpc", both)[0].startswith("rank 1 (n1, llama_rpc worker) exited 141")
+
+
 def test_prima_workers_exit_0_after_the_head_and_removed_ranks_are_fine():
     removed = fixture("benchlog", "prima-b_world3-rank1.stderr")
     ranks = [rank(0, "head", 0), rank(1, "worker", 0, removed), rank(2, "worker", None)]
