@@ -1,29 +1,39 @@
 """Action plugin: each model's facts from the GGUF header of its weights on a node, in one task.
 
 The gguf library is on the controller, not on the nodes: copy the first MiB of the weights
-(dd, on the node), fetch them, read them with plugins/estimate.py's header_facts, clean up.
+(dd, on the node), fetch them, read them with plugin_utils/estimate.py's header_facts, clean up.
+The documentation is in plugins/modules/bench_model_facts.py.
 """
 
 import os
 import shlex
-import sys
 import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-# The pure modules live one level up (Ansible does not import plugin dirs as packages).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from estimate import header_facts  # noqa: E402
+from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import header_facts
+
+ARGUMENT_SPEC = {
+    "models": {"type": "dict", "required": True},
+    "header_mib": {"type": "int", "default": 16},
+    "remote_dir": {"type": "path", "required": True},
+}
+MODEL_KEYS = ("path", "size", "total")
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
-    _VALID_ARGS = frozenset(("models", "header_mib", "remote_dir"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if args["header_mib"] < 1:
+            raise AnsibleActionFail("bench_model_facts: header_mib must be 1 or more, got %d" % args["header_mib"])
+        for name, model in args["models"].items():
+            if not isinstance(model, dict) or any(key not in model for key in MODEL_KEYS):
+                raise AnsibleActionFail("bench_model_facts: models.%s must give %s (bench_model_files gives them)"
+                                        % (name, ", ".join(MODEL_KEYS)))
         facts = {}
         for name, model in sorted(args["models"].items()):
             remote = "%s/header-%s.gguf" % (args["remote_dir"].rstrip("/"), name)

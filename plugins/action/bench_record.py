@@ -1,19 +1,28 @@
 """Action plugin: judge one benchmark run from every rank's fetched logs, and set its figures as a fact.
 
 Runs on the controller after the bench role fetched each rank's stdout/stderr into
-reports/<run-id>/raw. The judging and parsing are pure functions in plugins/benchrun.py.
+reports/<run-id>/raw. The judging and parsing are pure functions in plugin_utils/benchrun.py;
+the documentation is in plugins/modules/bench_record.py.
 """
 
 import os
-import sys
 import tarfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-# The pure modules live one level up, beside perflog.py (Ansible does not import plugin dirs as packages).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchrun import log_was_cut, rank_problems, run_record  # noqa: E402
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (PLAN_KEYS, log_was_cut, rank_problems,
+                                                                           run_record)
+
+ARGUMENT_SPEC = {
+    "plan": {"type": "dict", "required": True},
+    "ranks": {"type": "list", "elements": "dict", "required": True},
+    "raw_dir": {"type": "path", "required": True},
+    "run_label": {"type": "str", "required": True},
+    "meta": {"type": "dict", "default": {}},
+    "tail_lines": {"type": "int", "default": 15},
+    "retries": {"type": "int", "default": 0},
+}
 
 
 def unpack(directory):
@@ -39,12 +48,15 @@ def read_text(path):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("plan", "ranks", "raw_dir", "run_label", "meta", "tail_lines", "retries"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         plan, raw_dir, label = args["plan"], args["raw_dir"], args["run_label"]
+        missing = [key for key in PLAN_KEYS if key not in plan]
+        if missing:
+            raise AnsibleActionFail("bench_record: plan lacks %s; pass a plan from the launch role's launch_plans"
+                                    % ", ".join(missing))
 
         def log_dir(host):
             return os.path.join(raw_dir, host, plan["name"], label)
@@ -52,16 +64,16 @@ class ActionModule(ActionBase):
         for rank in args["ranks"]:
             unpack(log_dir(rank["host"]))
         ranks = [dict(rank, stderr=read_text(os.path.join(log_dir(rank["host"]), "stderr"))) for rank in args["ranks"]]
-        problems = rank_problems(plan["runtime"], ranks, int(args.get("tail_lines", 15)))
+        problems = rank_problems(plan["runtime"], ranks, args["tail_lines"])
         where = "raw logs kept in %s/<host>/%s/%s; results.jsonl untouched" % (raw_dir, plan["name"], label)
         if problems:
             raise AnsibleActionFail("%s failed:\n%s\n(%s)" % (plan["name"], "\n".join(problems), where))
         head = [rank for rank in ranks if rank["role"] == "head"][0]
-        record = run_record(plan, ranks, head["stderr"], args.get("meta") or {})
+        record = run_record(plan, ranks, head["stderr"], args["meta"])
         if not any(value is not None for value in record["perf"].values()):
             stderr = "%s/stderr" % log_dir(head["host"])
-            attempt = int((args.get("meta") or {}).get("attempt") or 0)
-            if log_was_cut(ranks, record) and attempt < int(args.get("retries") or 0):
+            attempt = int(args["meta"].get("attempt") or 0)
+            if log_was_cut(ranks, record) and attempt < args["retries"]:
                 lost = {"unit": plan["name"], "run": label, "stderr": stderr}
                 self._display.warning("%s %s: the head exited 0 but its log stops before the perf lines (%s): "
                                       "llama.cpp's logger thread lost its tail at exit; running it again"

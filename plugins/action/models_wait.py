@@ -3,6 +3,7 @@
 Long downloads (40 GB) would otherwise be one silent task for most of an hour. This polls
 the job with async_status and, every `interval` seconds, reads the progress file the
 download keeps and prints bytes, percent and rate for the host. Returns the job's result.
+Documented in plugins/modules/models_wait.py.
 """
 
 import base64

@@ -11,9 +11,9 @@ description:
     measured run to the results file (earlier lines are never rewritten), writes
     <reports dir>/<run id>/report.md (never over an existing one) and prints the main table.
   - After a failure it writes nothing and says where the raw logs are.
-  - Parsing and aggregation are pure functions in plugins/benchrun.py and plugins/benchreport.py.
+  - Parsing and aggregation are pure functions in plugins/plugin_utils/benchrun.py and benchreport.py.
 requirements:
-  - enabled in ansible.cfg (callbacks_enabled = bench_report)
+  - enabled in ansible.cfg (callbacks_enabled = prima.cluster.bench_report)
 options:
   print_table:
     description: Print the main table when the playbook ends.
@@ -36,19 +36,16 @@ options:
 """
 
 import os
-import sys
 
 from ansible.plugins.callback import CallbackBase
 
-# The pure modules live one level up, beside perflog.py (Ansible does not import plugin dirs as packages).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchreport import append_results, render_report  # noqa: E402
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import append_results, render_report
 
 
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "bench_report"
+    CALLBACK_NAME = "prima.cluster.bench_report"
     CALLBACK_NEEDS_ENABLED = True
 
     def __init__(self):

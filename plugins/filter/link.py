@@ -1,14 +1,11 @@
-"""Filters of the link role and of bench.yml's sweeps; the logic is in plugins/linkshape.py."""
+"""Filters of the link role and of bench.yml's sweeps; the logic is in plugin_utils/linkshape.py."""
 
-import os
-import sys
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-# Ansible loads filter files one by one, not as a package: reach plugins/linkshape.py by path.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from linkshape import interface_with, parse_links, shaping_result, step_commands  # noqa: E402
+from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_links,
+                                                                            shaping_result, step_commands)
 
 
 def link_steps(value: Any) -> List[Dict[str, Any]]:

@@ -49,7 +49,7 @@ author: prima-cluster
 
 EXAMPLES = r"""
 - name: Fetch a GGUF file
-  hub_download:
+  prima.cluster.hub_download:
     url: https://huggingface.co/Qwen/QwQ-32B-GGUF/resolve/main/qwq-32b-q4_k_m.gguf
     dest: /opt/models/qwq-32b-q4_k_m.gguf
     progress_file: /opt/models/.qwq-32b-q4_k_m.gguf.progress
@@ -83,7 +83,8 @@ resumed_from:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.weights_download import DownloadError, download_verified, verify_only
+from ansible_collections.prima.cluster.plugins.module_utils.weights_download import (DownloadError, download_verified,
+                                                                                  verify_only)
 
 
 def main():

@@ -44,7 +44,7 @@ author: prima-cluster
 
 EXAMPLES = r"""
 - name: Ports free here, next rank's ports reachable
-  ring_probe:
+  prima.cluster.ring_probe:
     address: 10.77.0.11
     ports: [9001, 10001]
     targets: [10.77.0.12:9002, 10.77.0.12:10002]
@@ -71,7 +71,7 @@ missing_peers:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ring_probe import ProbeError, probe
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import ProbeError, probe
 
 
 def parse_target(text):

@@ -63,7 +63,7 @@ author: prima-cluster
 
 EXAMPLES = r"""
 - name: Start node n0
-  sandbox_node:
+  prima.cluster.sandbox_node:
     name: n0
     nodes_dir: /var/lib/prima-sandbox/nodes
     pristine: /var/cache/prima-sandbox/pristine
@@ -81,7 +81,7 @@ removed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sandbox_node import Node, SandboxError
+from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import Node, SandboxError
 
 
 def main():

@@ -56,11 +56,6 @@ def gpu_layers(window: Sequence[int], vram_bytes: Sequence[int], layer_bytes: in
     return [min(layers, int(vram // layer_bytes)) for layers, vram in zip(window, vram_bytes)]
 
 
-def plan_problems(n_layer: int, layer_bytes: int, usable_bytes: Sequence[int], hosts: Sequence[str]) -> List[str]:
-    """Whether the model fits the planned split, rank by rank, with the numbers."""
-    return window_problems(layer_window(n_layer, usable_bytes), layer_bytes, usable_bytes, hosts)
-
-
 def window_problems(window: Sequence[int], layer_bytes: int, usable_bytes: Sequence[int],
                     hosts: Sequence[str]) -> List[str]:
     """Whether a given layer window fits each rank's usable memory, with the numbers."""
@@ -72,13 +67,3 @@ def window_problems(window: Sequence[int], layer_bytes: int, usable_bytes: Seque
                             "model" % (rank, hosts[rank], layers, need / GIB, usable / GIB))
     return problems
 
-
-class FilterModule:
-    def filters(self):
-        return {
-            "ring_neighbours": ring_neighbours,
-            "ring_rank_ports": rank_ports,
-            "ring_layer_window": layer_window,
-            "ring_gpu_layers": gpu_layers,
-            "ring_plan_problems": plan_problems,
-        }

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Write a tiny random-weight llama GGUF (one file, or split into parts) with the gguf library.
 
 The sandbox's stand-in for real weights: the real download, fan-out and load paths run
 on it. Weights are random but seeded, so the same arguments give the same bytes.
 
-    python3 plugins/tiny_model.py --out DIR [--name tiny] [--layers 8] [--embd 256] [--split 2]
+    python3 roles/sandbox/files/tiny_model.py --out DIR [--name tiny] [--layers 8] [--embd 256] [--split 2]
 """
 
 import argparse

@@ -1,7 +1,6 @@
 """The estimate beside each measurement (pure functions over aggregated rows, standard library).
 
-The page's model (../shared/seed/expected-performance.txt, made a computation in estimate.py):
-decode is latency-bound, so a split model's time per token is the single node's (every layer
+The model (the arithmetic is in estimate.py): decode is latency-bound, so a split model's time per token is the single node's (every layer
 once, wherever it runs) plus, per pipeline boundary crossed, half the measured round trip and
 the transfer of one token's activations at the link rate. Prefill moves the whole prompt's
 activations across each boundary once. The single-node run of the same model, in the same
@@ -12,7 +11,8 @@ on an unshaped link, the throughput.
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from estimate import boundaries_crossed, boundary_bytes_per_token, decode_estimate
+from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (boundaries_crossed, boundary_bytes_per_token,
+                                                                            decode_estimate)
 
 Key = Tuple[str, str, str]
 

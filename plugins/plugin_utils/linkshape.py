@@ -1,4 +1,4 @@
-"""Shaping a node's cluster link for issue 6's sweeps (pure functions; the tc calls are built here).
+"""Shaping a node's cluster link for bench.yml's link sweeps (pure functions; the tc calls are built here).
 
 The rate comes from tbf, which every kernel here has. Added delay needs netem, which some
 kernels lack (this machine's) and containers without NET_ADMIN cannot use at all: tc's own
@@ -42,10 +42,6 @@ def shaping_commands(device: str, bits_per_second: int, delay_ms: float = 0.0, n
         return [["tc", "qdisc", "replace", "dev", device, "root", "handle", "1:", "netem", "delay", "%gms" % delay_ms],
                 ["tc", "qdisc", "replace", "dev", device, "parent", "1:1", "handle", "10:"] + tbf]
     return [["tc", "qdisc", "replace", "dev", device, "root"] + tbf]
-
-
-def removal_command(device: str) -> List[str]:
-    return ["tc", "qdisc", "del", "dev", device, "root"]
 
 
 def tc_notice(stderr: str, what: str = "netem") -> Optional[str]:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Serve a directory read-only over HTTP with Range requests, logging every response.
 
 Used as the cluster's fan-out source (one node serves the weights it fetched to the

@@ -6,7 +6,9 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from benchestimate import Key, boundary_costs, expectations, expected_cell, ratio_text, sweep_series
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations, expected_cell, ratio_text,
+                                                                                 sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.paths import TEMPLATES_DIR
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
 Number = Optional[float]
@@ -37,8 +39,8 @@ def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
     return line
 
 
-METRICS = (("prompt_tps", "perf"), ("eval_tps", "perf"), ("ms_per_token", "derived"), ("ttft_ms", "derived"),
-           ("prompt_ms", "perf"))
+# Summarized per row; results_line puts the derived ones (ms_per_token, ttft_ms) beside the parsed perf figures.
+METRICS = ("prompt_tps", "eval_tps", "ms_per_token", "ttft_ms", "prompt_ms")
 
 
 def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -58,7 +60,7 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                "link_bits": int(runs[0].get("link_bits") or 0), "link_shaping": runs[0].get("link_shaping") or {},
                "network": runs[0].get("network") or [], "base_network": runs[0].get("base_network") or [],
                "link_delay_ms": runs[0].get("link_delay_ms") or 0.0, "model_facts": runs[0].get("model_facts") or {}}
-        for metric, _ in METRICS:
+        for metric in METRICS:
             row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
         rows.append(row)
     return rows
@@ -256,12 +258,12 @@ def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappin
 
     plots = []  # type: List[Dict[str, str]]
     if plot_dir:
-        from benchplot import plot_all
+        from ansible_collections.prima.cluster.plugins.plugin_utils.benchplot import plot_all
 
         rows = aggregate(records)
         plots = plot_all(plot_dir, [series for series in sweep_series(rows) if len(series["rows"]) > 1], rows)
 
-    path = template or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates", "report.md.j2")
+    path = template or os.path.join(TEMPLATES_DIR, "report.md.j2")
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     context = report_context(records, profile, repeated, plots)

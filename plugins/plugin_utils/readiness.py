@@ -1,12 +1,13 @@
 """Pure pieces of the readiness suite (tests/readiness): what a node should have, read from
-what it reports. The cluster checks themselves are bench.yml's own (plugins/filter/bench.py,
+what it reports. The cluster checks themselves are bench.yml's own (benchchecks.py, launch.py,
 the ring_probe module), so the suite and the benchmark's preflight cannot disagree.
 """
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ring_probe import listening_ports  # noqa: F401  (one parser of /proc/net/tcp for the probe and the suite)
+# One parser of /proc/net/tcp for the probe and the suite.
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports  # noqa: F401
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -21,16 +22,6 @@ def compiler_command(recorded: str) -> str:
     """The compiler a build recorded ('ccache g++-9 9.3.0-22' -> 'g++-9')."""
     words = [word for word in recorded.split() if word != "ccache"]
     return words[0] if words else ""
-
-
-def rank_ports(rank: int, runtimes: Iterable[str], data_base: int, signal_base: int, rpc_port: int) -> List[int]:
-    """Ports this rank listens on during a run of any of `runtimes`."""
-    ports = []  # type: List[int]
-    if "prima" in runtimes:
-        ports += [data_base + rank, signal_base + rank]
-    if "llama_rpc" in runtimes and rank > 0:
-        ports.append(rpc_port)
-    return ports
 
 
 def expected_weights(files: Sequence[Mapping[str, Any]], models_dir: str) -> List[Dict[str, Any]]:

@@ -9,8 +9,11 @@ figures the report and results.jsonl are made of.
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from benchlog import parse_prima_rank, profile_summary
-from perflog import parse_perf
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchlog import parse_prima_rank, profile_summary
+from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse_perf
+
+# What run_record and the judging read of a plan (as the launch role's launch_plans gives it).
+PLAN_KEYS = ("name", "runtime", "model", "world", "hosts", "split")
 
 # Exit statuses of `timeout CMD` and of a shell's child: 124 is timeout's own.
 NAMED_STATUSES = {

@@ -1,0 +1,277 @@
+"""What each host runs for a benchmark: one unit per host, runtime and model (pure functions).
+
+The launch role renders these into a systemd unit or a launcher script; bench.yml starts
+the workers, runs the head and stops them. Layer windows come from ring.layer_window so the
+same cluster always gets the same split (prima.cpp's own allocator is not reproducible).
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
+                                                                       ring_neighbours, window_problems)
+
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+RUNTIMES = ("prima", "llama_rpc", "single")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """Everything a plan takes besides the nodes and the model: typed once, from the launch role's variables."""
+
+    models_dir: str
+    state_dir: str
+    prima_cli: str
+    llama_cpp_bin: str
+    data_port_base: int
+    signal_port_base: int
+    rpc_port: int
+    layer_window: Any  # "auto", "prima", or layers per rank
+    prefetch: bool
+    threads: int  # 0: every core of each node
+    prompt: str
+    n_predict: int
+    ctx_size: int
+    seed: int
+    tensor_split: str = ""
+    rpc_server_extra_args: Tuple[str, ...] = ()
+    head_extra_args: Tuple[str, ...] = ()
+    rank_env: Tuple[Tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "LaunchOptions":
+        """The options from plain values (strings from Jinja included); ValueError naming each bad or missing one."""
+        fields = {field.name: field for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        missing = sorted(name for name, field in fields.items()
+                         if name not in values and field.default is dataclasses.MISSING)
+        problems = ["unknown launch option %s" % name for name in unknown]
+        problems += ["launch option %s is missing" % name for name in missing]
+        typed = {}  # type: Dict[str, Any]
+        for name, value in values.items():
+            if name not in fields:
+                continue
+            try:
+                typed[name] = _typed(name, fields[name].type, value)
+            except (TypeError, ValueError) as error:
+                problems.append("launch option %s: %s" % (name, error))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return cls(**typed)
+
+
+def _typed(name: str, kind: Any, value: Any) -> Any:
+    if kind in ("int", int):
+        if isinstance(value, bool):
+            raise ValueError("%r is not a whole number" % (value,))
+        return int(value)
+    if kind in ("bool", bool):
+        if isinstance(value, str):
+            if value.strip().lower() not in ("true", "false", "yes", "no", "1", "0"):
+                raise ValueError("%r is not true or false" % value)
+            return value.strip().lower() in ("true", "yes", "1")
+        return bool(value)
+    if kind in ("str", str):
+        return "" if value is None else str(value)
+    if name == "rank_env":
+        if not isinstance(value, Mapping):
+            raise ValueError("%r is not a mapping of environment variables" % (value,))
+        return tuple(sorted((str(key), str(item)) for key, item in value.items()))
+    if name in ("rpc_server_extra_args", "head_extra_args"):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ValueError("%r is not a list of arguments" % (value,))
+        return tuple(str(item) for item in value)
+    return value
+
+
+def rank_hosts(ranks: Mapping[str, int], world: Optional[Any] = None) -> List[str]:
+    """Hosts in rank order, cut to the first `world` ranks when a world size is asked for."""
+    ordered = sorted(ranks, key=lambda host: ranks[host])
+    if world not in (None, ""):
+        ordered = ordered[:int(world)]
+    return ordered
+
+
+def usable_bytes(facts: Mapping[str, Any], gpu_mem_gib: Optional[Any], reserve_mib: int) -> Dict[str, int]:
+    """RAM left after a reserve, and VRAM: `gpu_mem` from the inventory, else what nvidia-smi saw."""
+    ram = max(int(facts.get("memtotal_mb") or 0) - int(reserve_mib), 0) * MIB
+    if gpu_mem_gib not in (None, ""):
+        vram = int(float(gpu_mem_gib) * GIB)
+    else:
+        vram = sum(int(gpu.get("memory_mib", 0)) for gpu in (facts.get("cuda_gpus") or [])) * MIB
+    return {"ram": ram, "vram": vram, "total": ram + vram}
+
+
+def first_file(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The file llama.cpp opens: the only file, or the first part of a split model."""
+    return sorted(entry["files"], key=lambda spec: spec["name"])[0]
+
+
+def weights_path(entry: Mapping[str, Any], models_dir: str) -> str:
+    """Where that file is on every node."""
+    return "%s/%s" % (models_dir.rstrip("/"), first_file(entry)["name"])
+
+
+def model_bytes(entry: Mapping[str, Any]) -> int:
+    return sum(int(spec.get("size") or 0) for spec in entry["files"])
+
+
+def _window(option: Any, n_layer: int, memory: Sequence[Mapping[str, int]]) -> Optional[List[int]]:
+    """`auto`: ours; `prima`: none (prima.cpp's allocator decides); a list: as given."""
+    if option in (None, "", "auto"):
+        return layer_window(n_layer, [rank["total"] for rank in memory])
+    if option == "prima":
+        return None
+    window = [int(layers) for layers in (option.split(",") if isinstance(option, str) else option)]
+    if len(window) != len(memory) or sum(window) != n_layer or min(window) < 1:
+        raise ValueError("prima_layer_window %s must give each of the %d ranks at least one layer and sum to "
+                         "n_layer %d (or be auto / prima)" % (window, len(memory), n_layer))
+    return window
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitContext:
+    """What the ranks of one unit (a runtime and a model) share: the options, the weights, the state directory."""
+
+    options: LaunchOptions
+    weights: str
+    state_dir: str
+    threads: Mapping[str, int]
+
+
+def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence[Mapping[str, int]],
+                entry: Mapping[str, Any], unit: UnitContext) -> Dict[str, Any]:
+    """prima.cpp's ring: rank 0 gets the prompt and the layer window, every rank its GPU layers."""
+    options = unit.options
+    n_layer = int(entry["n_layer"])
+    window = _window(options.layer_window, n_layer, memory)
+    layer_bytes = max(model_bytes(entry) // n_layer, 1)
+    gpu = gpu_layers(window, [rank["vram"] for rank in memory], layer_bytes) if window else None
+    units = {}
+    for ring, host in zip(ring_neighbours(addresses), hosts):
+        rank = int(ring["rank"])
+        ports = rank_ports(rank, options.data_port_base, options.signal_port_base)
+        argv = [options.prima_cli, "-m", unit.weights, "--world", str(ring["world"]), "--rank", str(rank),
+                "--master", str(ring["master"]), "--next", str(ring["next"]),
+                "--data-port", str(options.data_port_base), "--signal-port", str(options.signal_port_base),
+                "-t", str(unit.threads[host])]
+        if rank == 0:
+            argv += ["-p", options.prompt, "-n", str(options.n_predict), "-c", str(options.ctx_size),
+                     "--seed", str(options.seed)]
+            if window:
+                argv += ["-lw", ",".join(str(layers) for layers in window)]
+            argv += list(options.head_extra_args)
+        if gpu and gpu[rank] > 0:
+            argv += ["-ngl", str(gpu[rank])]
+        if window is None and memory[rank]["vram"] > 0:
+            argv += ["--gpu-mem", "%g" % round(memory[rank]["vram"] / GIB, 1)]
+        if options.prefetch:
+            argv += ["--prefetch"]
+        units[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "argv": argv, "env": {},
+                       "listen": [ports["data_port"], ports["signal_port"]]}
+    fit = window_problems(window, layer_bytes, [rank["total"] for rank in memory], hosts) if window else []
+    return {"units": units, "window": window, "gpu_layers": gpu, "fit_problems": fit,
+            "split": ("-lw " + ",".join(map(str, window))) if window else "prima.cpp allocator"}
+
+
+def completion_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[str]:
+    options = unit.options
+    argv = [options.llama_cpp_bin.rstrip("/") + "/llama-completion", "-m", unit.weights, "-p", options.prompt,
+            "-n", str(options.n_predict), "-c", str(options.ctx_size), "--seed", str(options.seed), "-no-cnv",
+            "-t", str(unit.threads[host]), "-ngl", "999"]
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    if options.tensor_split:
+        argv += ["-ts", options.tensor_split]
+    return argv + list(options.head_extra_args)
+
+
+def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], unit: UnitContext) -> Dict[str, Any]:
+    """llama.cpp RPC: ggml-rpc-server on every worker, bound to its cluster address; the head offloads to them."""
+    options = unit.options
+    port = options.rpc_port
+    endpoints = ["%s:%d" % (address, port) for address in addresses[1:]]
+    units = {hosts[0]: {"rank": 0, "role": "head", "argv": completion_argv(unit, hosts[0], endpoints), "env": {},
+                        "listen": []}}
+    for rank, (host, address) in enumerate(zip(hosts[1:], addresses[1:]), start=1):
+        argv = [options.llama_cpp_bin.rstrip("/") + "/ggml-rpc-server", "-H", address, "-p", str(port),
+                "-t", str(unit.threads[host])]
+        units[host] = {"rank": rank, "role": "worker", "argv": argv + list(options.rpc_server_extra_args),
+                       "env": {"LLAMA_CACHE": unit.state_dir + "/cache"}, "listen": [port]}
+    split = ("-ts " + options.tensor_split) if options.tensor_split else "llama.cpp default (-ngl 999)"
+    return {"units": units, "window": None, "gpu_layers": None, "split": split}
+
+
+def launch_plan(runtime: str, hosts: Sequence[str], addresses: Sequence[str], memory: Sequence[Mapping[str, int]],
+                entry: Mapping[str, Any], unit: UnitContext) -> Dict[str, Any]:
+    """Every participating host's unit for `runtime`, plus the split it gives the model."""
+    if runtime not in RUNTIMES:
+        raise ValueError("runtime %r is not one of %s" % (runtime, ", ".join(RUNTIMES)))
+    if not hosts:
+        raise ValueError("no ranks to launch")
+    if runtime == "single":
+        hosts, addresses = hosts[:1], addresses[:1]
+        plan = {"units": {hosts[0]: {"rank": 0, "role": "head", "argv": completion_argv(unit, hosts[0], []),
+                                     "env": {}, "listen": []}},
+                "window": None, "gpu_layers": None, "split": "1 node"}
+    elif runtime == "prima":
+        plan = prima_units(hosts, addresses, memory, entry, unit)
+    else:
+        plan = llama_rpc_units(hosts, addresses, unit)
+    for rank_unit in plan["units"].values():
+        rank_unit["env"] = dict(dict(unit.options.rank_env), **rank_unit["env"])
+    plan.update({"runtime": runtime, "world": len(hosts), "hosts": list(hosts), "head": hosts[0]})
+    return plan
+
+
+def cluster_nodes(hosts: Sequence[str], hostvars: Mapping[str, Any], reserve_mib: int) -> List[Dict[str, Any]]:
+    """Rank-ordered hosts with what planning needs: address, memory, cores."""
+    nodes = []
+    for host in hosts:
+        facts = dict(hostvars[host].get("ansible_facts") or {})
+        facts.setdefault("cuda_gpus", hostvars[host].get("cuda_gpus") or [])
+        nodes.append({"host": host, "address": str(hostvars[host]["cluster_ip"]),
+                      "memory": usable_bytes(facts, hostvars[host].get("gpu_mem"), reserve_mib),
+                      "cores": int(facts.get("processor_nproc") or 1)})
+    return nodes
+
+
+def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],
+                 catalog: Mapping[str, Any], options: LaunchOptions) -> Dict[str, Any]:
+    """Every unit to render, by name `<runtime>-<model>`."""
+    hosts = [node["host"] for node in nodes]
+    threads = {node["host"]: options.threads or int(node["cores"]) for node in nodes}
+    plans = {}
+    for model in models:
+        if model not in catalog:
+            raise ValueError("model %r is not in the catalog (known: %s)" % (model, ", ".join(sorted(catalog))))
+        for runtime in runtimes:
+            name = "%s-%s" % (runtime, model)
+            unit = UnitContext(options=options, weights=weights_path(catalog[model], options.models_dir),
+                               state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads)
+            plan = launch_plan(runtime, hosts, [node["address"] for node in nodes], [node["memory"] for node in nodes],
+                               catalog[model], unit)
+            plan.update({"name": name, "model": model, "state_dir": unit.state_dir,
+                         "addresses": {node["host"]: node["address"] for node in nodes if node["host"] in plan["hosts"]}})
+            plans[name] = plan
+    return plans
+
+
+def host_units(plans: Mapping[str, Any], host: str) -> List[Dict[str, Any]]:
+    """This host's units, flat, each with its name, runtime, model and state directory."""
+    units = []
+    for name in sorted(plans):
+        plan = plans[name]
+        if host in plan["units"]:
+            units.append(dict(plan["units"][host], name=name, runtime=plan["runtime"], model=plan["model"],
+                              world=plan["world"], state_dir=plan["state_dir"]))
+    return units
+
+
+def listen_ports(plans: Mapping[str, Any], host: str) -> List[int]:
+    """Every port this host's ranks listen on, over all the plans: what must be free outside a run."""
+    ports = []  # type: List[int]
+    for unit in host_units(plans, host):
+        ports += [port for port in unit["listen"] if port not in ports]
+    return sorted(ports)

@@ -1,0 +1,181 @@
+"""Inventory checks run on the controller before any node is contacted.
+
+Each function returns a list of problems, each a sentence that names the host and the
+variable and says how to fix it; an empty list means the input is good.
+"""
+
+import ipaddress
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME_PATTERN = re.compile(r"^(?=.{1,253}$)%s(\.%s)*$" % (HOSTNAME_LABEL, HOSTNAME_LABEL))
+
+
+def _is_address(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(HOSTNAME_PATTERN.match(value)) and not re.fullmatch(r"[\d.]+", value)
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return isinstance(value, str) and re.fullmatch(r"\d+", value.strip()) is not None
+
+
+def cluster_ranks(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> Dict[str, int]:
+    """Rank of each host: its `rank` where every host gives one, else its place in the group."""
+    given = {host: hostvars[host].get("rank") for host in hosts}
+    if hosts and all(rank is not None and _is_int(rank) for rank in given.values()):
+        return {host: int(rank) for host, rank in given.items()}
+    return {host: index for index, host in enumerate(hosts)}
+
+
+def cluster_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]],
+                     world: Optional[Any] = None, group: str = "cluster") -> List[str]:
+    """Problems with the cluster's addresses, ranks and requested world size."""
+    if not hosts:
+        return ["the inventory has no hosts in group '%s': list the nodes there "
+                "(see inventory/glows.yml)" % group]
+    problems = []  # type: List[str]
+    problems += _address_problems(hosts, hostvars)
+    problems += _rank_problems(hosts, hostvars)
+    problems += _world_problems(hosts, world, group)
+    return problems
+
+
+def _address_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    problems = []  # type: List[str]
+    owners = {}  # type: Dict[str, List[str]]
+    for host in hosts:
+        address = hostvars[host].get("cluster_ip")
+        if address is None or str(address).strip() == "":
+            problems.append(
+                "host %s: cluster_ip is not set. Set it to the address the other ranks reach "
+                "%s on (the node's address on the cluster network, not its SSH access address)"
+                % (host, host))
+            continue
+        address = str(address).strip()
+        if not _is_address(address):
+            problems.append("host %s: cluster_ip '%s' is not an IP address or host name; "
+                            "set cluster_ip to the node's address on the cluster network" % (host, address))
+            continue
+        owners.setdefault(address, []).append(host)
+    for address, owner_hosts in owners.items():
+        if len(owner_hosts) > 1:
+            problems.append("hosts %s: they share cluster_ip %s; give each host its own cluster_ip"
+                            % (", ".join(owner_hosts), address))
+    return problems
+
+
+def _rank_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    given = {host: hostvars[host].get("rank") for host in hosts}
+    with_rank = [host for host in hosts if given[host] is not None]
+    if not with_rank:
+        return []
+    problems = []  # type: List[str]
+    for host in with_rank:
+        if not _is_int(given[host]):
+            problems.append("host %s: rank '%s' is not a whole number >= 0; set rank to 0..%d or "
+                            "remove it to rank hosts by their order" % (host, given[host], len(hosts) - 1))
+    if problems:
+        return problems
+    without_rank = [host for host in hosts if given[host] is None]
+    if without_rank:
+        return ["hosts %s: no rank while %s have one; give every host a rank or none "
+                "(then rank = order in the group)" % (", ".join(without_rank), ", ".join(with_rank))]
+    by_rank = {}  # type: Dict[int, List[str]]
+    for host in hosts:
+        by_rank.setdefault(int(given[host]), []).append(host)
+    for rank, rank_hosts in sorted(by_rank.items()):
+        if len(rank_hosts) > 1:
+            problems.append("hosts %s: duplicate rank %d; each host needs its own rank"
+                            % (", ".join(rank_hosts), rank))
+    expected = set(range(len(hosts)))
+    if not problems and set(by_rank) != expected:
+        problems.append("ranks %s: ranks must be 0..%d, one per host; renumber the hosts' rank"
+                        % (", ".join("%s=%s" % (host, given[host]) for host in hosts), len(hosts) - 1))
+    return problems
+
+
+def _world_problems(hosts: Sequence[str], world: Optional[Any], group: str) -> List[str]:
+    if world is None or world == "":
+        return []
+    if not _is_int(world) or int(world) < 1:
+        return ["world '%s' is not a whole number >= 1; pass -e world=N with N from 1 to %d"
+                % (world, len(hosts))]
+    if int(world) > len(hosts):
+        return ["world=%d asks for more ranks than the %d host(s) in group '%s' (%s); add hosts "
+                "to the inventory or pass -e world=%d" % (int(world), len(hosts), group,
+                                                         ", ".join(hosts), len(hosts))]
+    return []
+
+
+def role_input_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]],
+                        role_specs: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """Check each host's values for the roles' inputs against the roles' argument_specs.
+
+    role_specs maps a role name to its `argument_specs.main.options`. Only variables the
+    inventory or the command line set are checked; role defaults are the roles' own.
+    """
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    problems = []  # type: List[str]
+    for role, options in role_specs.items():
+        validator = ArgumentSpecValidator(_without_defaults(options))
+        for host in hosts:
+            provided = {name: hostvars[host][name] for name in options if name in hostvars[host]}
+            if not provided:
+                continue
+            result = validator.validate(provided)
+            for error in result.error_messages:
+                problems.append("host %s, role %s: %s; fix that variable in the inventory or "
+                                "-e (see roles/%s/meta/argument_specs.yml)" % (host, role, error, role))
+    return problems
+
+
+def role_argument_specs(roles_dir: str) -> Dict[str, Any]:
+    """The options of every role in `roles_dir`, from its meta/argument_specs.yml (all entry points together)."""
+    import os
+
+    import yaml
+
+    specs = {}  # type: Dict[str, Any]
+    for role in sorted(os.listdir(roles_dir)):
+        path = os.path.join(roles_dir, role, "meta", "argument_specs.yml")
+        if not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            entry_points = yaml.safe_load(handle)["argument_specs"]
+        specs[role] = {}
+        for entry_point in entry_points.values():
+            specs[role].update(entry_point.get("options") or {})
+    return specs
+
+
+def _without_defaults(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """Role defaults are templates evaluated on the node, and required inputs come from the plays: leave
+    both out of this check."""
+    return {name: {key: value for key, value in spec.items() if key not in ("default", "description", "required")}
+            for name, spec in options.items()}
+
+
+def choice_problems(value: Any, choices: Iterable[str], variable: str) -> List[str]:
+    """A value outside its choices."""
+    allowed = list(choices)
+    if str(value) in allowed:
+        return []
+    return ["%s '%s' is not one of: %s; pass -e %s=%s" % (variable, value, ", ".join(allowed), variable, allowed[0])]
+
+
+def positive_int_problems(value: Any, variable: str) -> List[str]:
+    """A count that must be a whole number >= 1."""
+    if _is_int(value) and int(value) >= 1:
+        return []
+    return ["%s '%s' is not a whole number >= 1; pass -e %s=N" % (variable, value, variable)]
+
