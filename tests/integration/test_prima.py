@@ -6,11 +6,10 @@ import os
 
 import pytest
 
-from conftest import NODES, local_fact, node, write_figures
+from conftest import NODES, local_fact, node, role_default, write_figures
 
 MIRROR = os.environ.get("PRIMA_CPP_MIRROR", "")
-PINNED = "bdf9d8e74bc6e3b9433f655ecb60f1e537bd41e1"
-COMMIT = os.environ.get("PRIMA_CPP_VERSION") or PINNED
+COMMIT = os.environ.get("PRIMA_CPP_VERSION") or role_default("prima", "prima_version")
 
 pytestmark = pytest.mark.skipif(
     not MIRROR, reason="PRIMA_CPP_MIRROR is not set: no local git mirror of prima.cpp to build from "
@@ -23,9 +22,9 @@ def test_prima_built_at_the_pinned_commit(site_runs, name):
     fact = local_fact(host, "prima")
     assert fact["commit"] == COMMIT
     assert fact["prefix"] == "/opt/prima/" + fact["commit"]
-    assert fact["make_vars"]["USE_HIGHS"] == "1"
+    assert fact["flags"]["make_vars"]["USE_HIGHS"] == "1"
     cli = host.file(fact["prefix"] + "/bin/llama-cli")
-    assert cli.sha256sum == fact["llama_cli_sha256"]
+    assert cli.sha256sum == fact["binaries"]["llama-cli"]
     linked = host.check_output("ldd %s" % cli.path)
     assert "libhighs.so" in linked and "libzmq.so" in linked and "not found" not in linked
     version = host.run("%s --version" % cli.path)
@@ -35,5 +34,6 @@ def test_prima_built_at_the_pinned_commit(site_runs, name):
 
 
 def test_prima_build_seconds_recorded(site_runs):
-    write_figures("prima-figures.json", {
-        name: local_fact(node(name), "prima")["build_seconds"] for name in NODES})
+    seconds = {name: local_fact(node(name), "prima")["build_seconds"] for name in NODES}
+    assert all(isinstance(value, float) and value > 0 for value in seconds.values()), seconds
+    write_figures("prima-figures.json", seconds)
