@@ -10,7 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX := -i inventory/sandbox.yml
 PYTEST_ARGS ?=
 
-.PHONY: help venv host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
+.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
 
 help:
 	@echo "make demo           sandbox cluster up, site.yml on it, then bench.yml (prints the report)"
@@ -18,6 +18,8 @@ help:
 	@echo "make unit | lint    parts of it"
 	@echo "make ready          is every node ready? (INVENTORY=inventory/glows.yml; JUnit XML in artifacts/)"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
+	@echo "make collection     build the collection tarball prima-cluster-<version>.tar.gz into artifacts/"
+	@echo "make lock           refresh requirements.lock (exact versions) from requirements.txt's ranges"
 
 # What the controller needs from the distribution: a Python with venv, ssh, and sshpass
 # for the first (password) contact with a Glows node.
@@ -32,11 +34,23 @@ host-deps:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt | host-deps
+# The exact versions of requirements.lock (pip-compile made it from requirements.txt's ranges).
+$(VENV)/.installed: requirements.lock | host-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -r requirements.lock
 	touch $@
+
+# After a change to requirements.txt: pin every package again, then `make venv` installs the new set.
+lock: venv
+	$(BIN)/pip install -q pip-tools
+	$(BIN)/pip-compile -q --strip-extras --no-emit-index-url --no-emit-find-links --upgrade \
+	  --output-file requirements.lock requirements.txt
+
+# The collection as a tarball (ansible-galaxy collection install artifacts/prima-cluster-*.tar.gz).
+collection: venv
+	@mkdir -p artifacts
+	$(BIN)/ansible-galaxy collection build --force --output-path artifacts .
 
 sandbox-up: venv
 	$(BIN)/ansible-playbook $(SANDBOX) playbooks/sandbox.yml -e sandbox_state=up
@@ -73,4 +87,4 @@ lint: venv
 	$(BIN)/pytest tests/lint $(PYTEST_ARGS)
 
 test: venv
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests --durations=15 $(PYTEST_ARGS)

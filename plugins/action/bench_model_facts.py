@@ -27,7 +27,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if args["header_mib"] < 1:
             raise AnsibleActionFail("bench_model_facts: header_mib must be 1 or more, got %d" % args["header_mib"])
         for name, model in args["models"].items():
@@ -41,8 +41,8 @@ class ActionModule(ActionBase):
                 "dd", "if=%s" % model["path"], "of=%s" % remote, "bs=1M", "count=%d" % int(args["header_mib"]),
                 "status=none")))
             if copy["rc"] != 0:
-                raise AnsibleActionFail("%s: cannot read the header of %s: %s" % (name, model["path"],
-                                                                                 copy["stderr"].strip()))
+                raise AnsibleActionFail("%s: cannot read the header of %s: %s"
+                                        % (name, model["path"], copy["stderr"].strip()))
             with tempfile.TemporaryDirectory(prefix="bench-header-") as local_dir:
                 local = os.path.join(local_dir, "header.gguf")
                 try:

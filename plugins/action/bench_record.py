@@ -12,7 +12,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (PLAN_KEYS, log_was_cut, rank_problems,
-                                                                           run_record)
+                                                                             run_record)
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         plan, raw_dir, label = args["plan"], args["raw_dir"], args["run_label"]
         missing = [key for key in PLAN_KEYS if key not in plan]
         if missing:

@@ -33,7 +33,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec={
+        dummy, args = self.validate_argument_spec(argument_spec={
             "jid": {"type": "str", "required": True},
             "progress_file": {"type": "str", "required": True},
             "interval": {"type": "int", "default": 30},

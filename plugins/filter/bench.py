@@ -1,15 +1,16 @@
 """Filters of bench.yml's checks across ranks; the logic is in plugin_utils/benchchecks.py."""
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, link_shaping,
-                                                                              model_files, network,
-                                                                              probe_payload_bytes, probe_spec,
-                                                                              rank_reports)
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, build_commit,
+                                                                                link_shaping, model_files, network,
+                                                                                probe_payload_bytes, probe_spec,
+                                                                                rank_reports)
 
 
 class FilterModule:
     def filters(self):
         return {
             "bench_agreement_problems": agreement_problems,
+            "bench_build_commit": build_commit,
             "bench_probe_spec": probe_spec,
             "bench_rank_reports": rank_reports,
             "bench_network": network,

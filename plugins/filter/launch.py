@@ -5,7 +5,7 @@ from typing import Any, Dict, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (LaunchOptions, cluster_nodes, host_units,
-                                                                         launch_plans, rank_hosts, weights_path)
+                                                                           launch_plans, rank_hosts, weights_path)
 
 
 def plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],

@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_links,
-                                                                            shaping_result, step_commands)
+                                                                              shaping_result, step_commands)
 
 
 def link_steps(value: Any) -> List[Dict[str, Any]]:

@@ -1,11 +1,11 @@
 """Filters of the model catalog; the logic is in plugin_utils/catalog.py."""
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (catalog_problems,
-                                                                          catalog_problems_detailed,
-                                                                          digest_conflicts, disk_problem,
-                                                                          fact_entries, lock_updates,
-                                                                          merged_catalog, models_files,
-                                                                          models_selection)
+                                                                            catalog_problems_detailed,
+                                                                            digest_conflicts, disk_problem,
+                                                                            fact_entries, lock_updates,
+                                                                            merged_catalog, models_files,
+                                                                            models_selection)
 
 
 class FilterModule:

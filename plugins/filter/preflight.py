@@ -1,9 +1,9 @@
 """Filters of the preflight's inventory checks; the logic is in plugin_utils/preflight.py."""
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
-                                                                            cluster_ranks, positive_int_problems,
-                                                                            role_argument_specs,
-                                                                            role_input_problems)
+                                                                              cluster_ranks, positive_int_problems,
+                                                                              role_argument_specs,
+                                                                              role_input_problems)
 
 
 class FilterModule:

@@ -14,7 +14,7 @@ options:
     required: true
     type: list
     elements: str
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

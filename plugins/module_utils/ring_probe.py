@@ -113,7 +113,7 @@ class Acceptor(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            readable, _, _ = select.select(self.listeners, [], [], 0.1)
+            readable, dummy, dummy = select.select(self.listeners, [], [], 0.1)
             for sock in readable:
                 try:
                     conn, peer = sock.accept()

@@ -57,7 +57,7 @@ def mounts_under(mountinfo: str, root: str) -> List[str]:
         point = unescape_mount_path(fields[4])
         if point == root or point.startswith(root + "/"):
             found.append((point.count("/"), order, point))
-    return [point for _, _, point in sorted(found, reverse=True)]
+    return [point for dummy, dummy, point in sorted(found, reverse=True)]
 
 
 def pid_roots(proc: str = "/proc") -> Dict[int, str]:
@@ -79,7 +79,7 @@ def pids_rooted_in(roots: Dict[int, str], root: str) -> List[int]:
 
 def run(argv: Sequence[str], check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True, **kwargs)
+                            universal_newlines=True, **kwargs, check=False)
     if check and result.returncode != 0:
         raise SandboxError("%s failed (%d): %s" % (" ".join(argv), result.returncode, result.stderr.strip()))
     return result

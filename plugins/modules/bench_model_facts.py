@@ -24,7 +24,7 @@ options:
     required: true
 requirements:
   - the gguf Python library on the controller
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

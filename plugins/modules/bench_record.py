@@ -42,7 +42,7 @@ options:
     description: Attempts after the first for a run whose head log was cut at exit.
     type: int
     default: 0
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

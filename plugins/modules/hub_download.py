@@ -44,7 +44,7 @@ options:
     description: Only say whether C(dest) is already a verified copy (C(verified)); change nothing.
     type: bool
     default: false
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -84,7 +84,7 @@ resumed_from:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.prima.cluster.plugins.module_utils.weights_download import (DownloadError, download_verified,
-                                                                                  verify_only)
+                                                                                     verify_only)
 
 
 def main():

@@ -25,7 +25,7 @@ options:
     description: Seconds to wait at most.
     type: int
     default: 86400
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

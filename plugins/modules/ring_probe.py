@@ -39,7 +39,7 @@ options:
       to measure throughput; 0 checks reachability only.
     type: int
     default: 0
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -75,7 +75,7 @@ from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import Pr
 
 
 def parse_target(text):
-    host, _, port = text.rpartition(":")
+    host, dummy, port = text.rpartition(":")
     if not host or not port.isdigit():
         raise ProbeError("target %r is not host:port" % text)
     return host, int(port)

@@ -58,7 +58,7 @@ options:
   service_log:
     description: Where the service's output goes.
     type: path
-author: prima-cluster
+author: prima-cluster maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

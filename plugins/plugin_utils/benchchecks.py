@@ -20,6 +20,12 @@ def _local(hostvars: Mapping[str, Any], host: str) -> Mapping[str, Any]:
     return (hostvars[host].get("ansible_local") or {}) if hasattr(hostvars[host], "get") else {}
 
 
+def build_commit(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> str:
+    """The commit the plan's head runs (its first 8 characters), for the report's Build column."""
+    fact = _local(hostvars, plan["head"]).get(RUNTIME_BUILDS[plan["runtime"]][0]) or {}
+    return str(fact.get("commit") or "")[:8]
+
+
 def build_problems(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[str]:
     """Every rank of the plan runs the same commit and the same binary bytes."""
     fact_name, names = RUNTIME_BUILDS[plan["runtime"]]

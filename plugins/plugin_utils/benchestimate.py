@@ -11,8 +11,9 @@ on an unshaped link, the throughput.
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (boundaries_crossed, boundary_bytes_per_token,
-                                                                            decode_estimate)
+from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (boundaries_crossed,
+                                                                             boundary_bytes_per_token,
+                                                                             decode_estimate)
 
 Key = Tuple[str, str, str]
 
@@ -160,4 +161,3 @@ def curve_rates(rows: Sequence[Mapping[str, Any]], points: int = 40) -> List[flo
     rates = [row["link_bits"] / 1e9 for row in rows if row.get("link_bits")]
     low, high = min(rates) * 0.8, max(rates) * 1.25
     return [low * (high / low) ** (index / (points - 1)) for index in range(points)]
-

@@ -285,7 +285,7 @@ def parse_llama_bench_json(text: str) -> List[Dict[str, Any]]:
 
 def split_ts(cell: str) -> Dict[str, Optional[float]]:
     """`123.45 ± 6.78` -> avg_ts 123.45, stddev_ts 6.78 (also `+/-`, and a lone figure)."""
-    avg, _, stddev = cell.replace("+/-", "\u00b1").partition("\u00b1")
+    avg, dummy, stddev = cell.replace("+/-", "\u00b1").partition("\u00b1")
     return {"avg_ts": to_float(first_word(avg)), "stddev_ts": to_float(first_word(stddev))}
 
 

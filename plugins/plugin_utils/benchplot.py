@@ -26,7 +26,7 @@ def plot_sweep(path: str, series: Mapping[str, Any], all_rows: Sequence[Mapping[
         expected_key = "decode_tps" if metric == "eval_tps" else "prompt_tps"
         line = [(point["rate_gbit"], point[expected_key]) for point in curve if point.get(expected_key)]
         if line:
-            panel.plot([x for x, _ in line], [y for _, y in line], "-", label="estimate")
+            panel.plot([x for x, dummy in line], [y for dummy, y in line], "-", label="estimate")
         panel.set_xscale("log")
         panel.set_xlabel("link rate (Gbit/s)")
         panel.set_ylabel("%s (tokens/s)" % title.lower())

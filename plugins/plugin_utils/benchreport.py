@@ -6,8 +6,9 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations, expected_cell, ratio_text,
-                                                                                 sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations,
+                                                                                  expected_cell, ratio_text,
+                                                                                  sweep_series)
 from ansible_collections.prima.cluster.plugins.plugin_utils.paths import TEMPLATES_DIR
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
@@ -78,7 +79,7 @@ def spread(summary: Mapping[str, Any], digits: int = 2) -> str:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(cell).replace("|", "\\|") for cell in row] for row in rows]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for dummy in headers) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines)
 
@@ -212,7 +213,7 @@ def networks_table(records: Sequence[Mapping[str, Any]]) -> str:
         return network_table(records[0]["network"])
     probes = [("as it is", records[0].get("base_network") or [])]
     for record in records:
-        if record.get("link") not in [link for link, _ in probes]:
+        if record.get("link") not in [link for link, dummy in probes]:
             probes.append((record["link"], record.get("network") or []))
     tables = [network_table(rows, link) for link, rows in probes if rows]
     return "\n".join([tables[0]] + ["\n".join(table.splitlines()[2:]) for table in tables[1:]])

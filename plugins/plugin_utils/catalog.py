@@ -166,4 +166,3 @@ def disk_problem(host: str, path: str, available: int, files: Sequence[Mapping[s
     return ("%s: %s has %.2f GiB free; the selected weights need %.2f GiB more plus a %.2f GiB margin "
             "(models_disk_margin_gib), %.2f GiB short. Free disk space, or fetch fewer models with -e model=KEY"
             % (host, path, available / GIB, needed / GIB, margin / GIB, (needed + margin - available) / GIB))
-

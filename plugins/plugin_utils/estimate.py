@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What a split model should cost on the wire and in memory, from its GGUF header.
 
     python3 plugins/estimate.py --gguf FILE [--runtime prima|llama_rpc] [--act-bytes N] [--type-k T]
@@ -176,7 +175,7 @@ def estimate(facts: Dict[str, Any], runtime: str = "prima", act_bytes: Optional[
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--gguf", required=True, help="the model file (a header-only GGUF is enough)")
     parser.add_argument("--runtime", choices=["prima", "llama_rpc"], default="prima")
     parser.add_argument("--act-bytes", type=float, help="bytes per activation element (default: f32, 4)")

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
-                                                                       ring_neighbours, window_problems)
+                                                                         ring_neighbours, window_problems)
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3

@@ -74,7 +74,7 @@ def parse_links(value: Union[str, Sequence[str], None]) -> List[Dict[str, Any]]:
     entries = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(part).strip() for part in value]
     steps, problems = [], []  # type: List[Dict[str, Any]], List[str]
     for entry in entries:
-        rate, _, delay = entry.partition(":")
+        rate, dummy, delay = entry.partition(":")
         try:
             step = {"label": entry.lower(), "bits": parse_rate(rate), "delay_ms": parse_delay(delay) if delay else 0.0}
         except ValueError as error:

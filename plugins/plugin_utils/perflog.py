@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Read llama.cpp / prima.cpp perf lines out of captured logs.
 
     python3 plugins/perflog.py FILE [FILE...]

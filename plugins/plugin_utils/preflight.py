@@ -111,8 +111,8 @@ def _world_problems(hosts: Sequence[str], world: Optional[Any], group: str) -> L
                 % (world, len(hosts))]
     if int(world) > len(hosts):
         return ["world=%d asks for more ranks than the %d host(s) in group '%s' (%s); add hosts "
-                "to the inventory or pass -e world=%d" % (int(world), len(hosts), group,
-                                                         ", ".join(hosts), len(hosts))]
+                "to the inventory or pass -e world=%d"
+                % (int(world), len(hosts), group, ", ".join(hosts), len(hosts))]
     return []
 
 
@@ -178,4 +178,3 @@ def positive_int_problems(value: Any, variable: str) -> List[str]:
     if _is_int(value) and int(value) >= 1:
         return []
     return ["%s '%s' is not a whole number >= 1; pass -e %s=N" % (variable, value, variable)]
-

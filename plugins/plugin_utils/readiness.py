@@ -1,13 +1,10 @@
 """Pure pieces of the readiness suite (tests/readiness): what a node should have, read from
 what it reports. The cluster checks themselves are bench.yml's own (benchchecks.py, launch.py,
-the ring_probe module), so the suite and the benchmark's preflight cannot disagree.
+the ring_probe module and its /proc/net/tcp parser), so the suite and the benchmark's preflight cannot disagree.
 """
 
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
-
-# One parser of /proc/net/tcp for the probe and the suite.
-from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports  # noqa: F401
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -41,8 +38,8 @@ def glance(results: Mapping[Tuple[str, str], Tuple[str, str]], nodes: Sequence[s
     lines = ["%-*s  %s" % (width, "check", "  ".join("%-*s" % (column, node) for column, node in zip(columns, nodes)))]
     for check in checks:
         cells = [results.get((check, node), ("", ""))[0] or "-" for node in nodes]
-        lines.append("%-*s  %s" % (width, check, "  ".join("%-*s" % (column, cell)
-                                                             for column, cell in zip(columns, cells))))
+        row = "  ".join("%-*s" % (column, cell) for column, cell in zip(columns, cells))
+        lines.append("%-*s  %s" % (width, check, row))
     reasons = ["%s on %s: %s" % (check, node, reason) for (check, node), (outcome, reason) in results.items()
                if outcome == "FAIL" and reason]
     return "\n".join(lines + ([""] + reasons if reasons else []))

@@ -66,4 +66,3 @@ def window_problems(window: Sequence[int], layer_bytes: int, usable_bytes: Seque
             problems.append("rank %d (%s): %d layers need %.2f GiB, %.2f GiB usable; add nodes or pick a smaller "
                             "model" % (rank, hosts[rank], layers, need / GIB, usable / GIB))
     return problems
-

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 import ansible_runner
 import pytest
 import testinfra
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
@@ -21,6 +22,12 @@ NODES = ["n0", "n1", "n2"]
 # without GitHub's large files, say): PRIMA_CPP_VERSION names the commit to build then.
 PRIMA_EXTRAVARS = {"prima_version": os.environ["PRIMA_CPP_VERSION"]} if os.environ.get("PRIMA_CPP_VERSION") else {}
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+
+def role_default(role: str, name: str) -> Any:
+    """A pin or default as the role itself defines it (roles/<role>/defaults/main.yml), so tests never repeat one."""
+    with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:
+        return yaml.safe_load(handle)[name]
 
 
 class PlaybookRun:
@@ -71,10 +78,7 @@ def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, An
         extravars=dict(PRIMA_EXTRAVARS if inventory == SANDBOX_INVENTORY else {}, **(extravars or {})),
         limit=limit,
         cmdline=cmdline,
-        # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS (its own display), which hides ansible.cfg's
-        # callback_plugins: name ours here, runner appends its directory.
-        envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                      "ANSIBLE_CALLBACK_PLUGINS": os.path.join(REPO, "plugins", "callback")}, **(envvars or {})),
+        envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}, **(envvars or {})),
         quiet=True,
         timeout=3600,
     )
@@ -184,7 +188,7 @@ def bench(reports, run_id, label, background=False, **extravars):
 
 def rank_processes():
     """Every rank process on any node (the sandbox's nodes share the host's process table)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=False).stdout
     return [line.strip() for line in out.splitlines() if RANK_BINARIES.search(line) and "ps -eo" not in line]
 
 

@@ -31,7 +31,7 @@ def ssh_with_key(key, command="true"):
     return subprocess.run(
         ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@" + ADDRESS, command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30, check=False)
 
 
 def test_glows_keys_installs_the_key_with_the_vaulted_password(password_node, tmp_path):

@@ -1,27 +1,55 @@
-"""The link guard, run for real in a network namespace of the test's own: it takes bench.yml's
-shaping off once no rank runs and nothing changed for its quiet time, and not before."""
+"""tc in network namespaces of the test's own (each named for this test process, removed afterwards):
+this kernel's tbf and netem, and the link guard, which takes bench.yml's shaping off once no rank runs
+and nothing changed for its quiet time, and not before."""
 
+import itertools
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 
 import jinja2
 import pytest
 
-from linkshape import shaping_commands
+from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import shaping_commands, tc_notice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NAMESPACE = "psb-test-linkguard"
+SERIAL = itertools.count()
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc"), reason="needs root and tc (iproute2)")
 
 
 @pytest.fixture()
-def node(tmp_path):
+def namespace():
+    """A network namespace named for this test process, with lo up; removed afterwards."""
+    name = "psbt-%d-%d" % (os.getpid(), next(SERIAL))
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+def test_this_kernel_shapes_with_tbf_and_says_whether_it_has_netem(namespace):
+    """tbf shapes; netem either works or is reported as missing, never silently ignored."""
+    def tc(argv):
+        return subprocess.run(["ip", "netns", "exec", namespace] + argv, capture_output=True, text=True, check=False)
+
+    shaped = tc(shaping_commands("lo", 10 ** 9)[0])
+    assert shaped.returncode == 0, shaped.stderr
+    assert "tbf" in tc(["tc", "qdisc", "show", "dev", "lo"]).stdout
+    netem = tc(shaping_commands("lo", 10 ** 9, delay_ms=1, netem=True)[0])
+    assert netem.returncode == 0 or "no netem qdisc" in tc_notice(netem.stderr)
+    assert tc(["tc", "qdisc", "del", "dev", "lo", "root"]).returncode == 0
+    assert "tbf" not in tc(["tc", "qdisc", "show", "dev", "lo"]).stdout
+
+
+@pytest.fixture()
+def node(tmp_path, namespace):
     """A namespace whose lo is shaped as bench.yml shapes a step, the guard rendered for it."""
-    subprocess.run(["ip", "netns", "add", NAMESPACE], check=True)
     state, launch = tmp_path / "state", tmp_path / "launch"
     state.mkdir()
     launch.mkdir()
@@ -30,22 +58,29 @@ def node(tmp_path):
     env.filters["quote"] = shlex.quote
     guard = tmp_path / "guard"
     guard.write_text(env.get_template("guard.sh.j2").render(
-        link_guard_script=str(guard), link_marker=str(state / "link.shaped"), link_state_dir=str(state),
-        link_launch_dir=str(launch), link_guard_quiet_s=300, ansible_managed="test"))
+        link_guard_script=str(guard), link_marker=str(state / "link.shaped"), cluster_state_dir=str(state),
+        cluster_launch_dir=str(launch), link_guard_quiet_s=300, ansible_managed="test"))
     guard.chmod(0o755)
 
     def run(*argv):
-        return subprocess.run(["ip", "netns", "exec", NAMESPACE] + [str(arg) for arg in argv], capture_output=True,
-                              text=True, timeout=30)
+        return subprocess.run(["ip", "netns", "exec", namespace] + [str(arg) for arg in argv], capture_output=True,
+                              text=True, timeout=30, check=False)
 
-    run("ip", "link", "set", "lo", "up")
     assert run(*shaping_commands("lo", 10 ** 8)[0]).returncode == 0
     (state / "link.shaped").write_text("lo\n")
     try:
         yield {"run": run, "guard": guard, "state": state, "launch": launch}
     finally:
-        subprocess.run(["pkill", "-f", str(guard)])
-        subprocess.run(["ip", "netns", "del", NAMESPACE])
+        stop_guard(state / "link-guard.pid")
+
+
+def stop_guard(pidfile):
+    """The guard's watcher runs in its own session (setsid): end that process group, by the pid it wrote."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
 
 
 def shaped(node):
@@ -88,7 +123,7 @@ def test_the_guard_waits_for_a_running_rank_then_removes(node):
 
 def test_the_guard_waits_while_the_benchmark_writes(node):
     node["run"](node["guard"], "start", 3)
-    for _ in range(6):  # 6 s of a benchmark's activity under the state directory
+    for dummy in range(6):  # 6 s of a benchmark's activity under the state directory
         (node["state"] / "activity").write_text(str(time.time()))
         time.sleep(1)
     assert shaped(node)

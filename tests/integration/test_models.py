@@ -163,7 +163,7 @@ def test_too_little_disk_fails_before_any_download(site_runs):
     node("n2").run_expect([0], "mkdir -p /opt/models-small && mount -t tmpfs -o size=16m tmpfs /opt/models-small")
     try:
         mark = len(hub_records())
-        run = run_playbook("playbooks/models.yml", extravars={"models_dir": "/opt/models-small"},
+        run = run_playbook("playbooks/models.yml", extravars={"cluster_models_dir": "/opt/models-small"},
                            label="models-small-disk")
         assert run.status == "failed", run.describe()
         assert "n2: /opt/models-small has 0.02 GiB free; the selected weights need 0.05 GiB more" in run.stdout

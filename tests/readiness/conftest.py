@@ -16,17 +16,12 @@ import pytest
 import testinfra
 import yaml
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import first_line, glance
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for sub in ("plugins", "plugins/filter", "plugins/module_utils"):
-    path = os.path.join(REPO, sub)
-    if path not in sys.path:
-        sys.path.insert(0, path)
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO, "ansible.cfg"))
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
-from readiness import first_line, glance  # noqa: E402
-
-ROLES = ["toolchain", "zeromq", "highs", "cuda", "prima", "llama_cpp", "models", "launch", "link"]
 RESULTS = {}  # type: Dict[Any, Any]
 
 
@@ -37,10 +32,14 @@ def pytest_addoption(parser):
 
 @functools.lru_cache(maxsize=None)
 def role_defaults() -> Dict[str, Any]:
+    """The defaults of every role of the collection (each variable is prefixed by its role's name)."""
     merged = {}  # type: Dict[str, Any]
-    for role in ROLES:
-        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:
-            merged.update(yaml.safe_load(handle) or {})
+    roles = os.path.join(REPO, "roles")
+    for role in sorted(os.listdir(roles)):
+        path = os.path.join(roles, role, "defaults", "main.yml")
+        if os.path.exists(path):
+            with open(path) as handle:
+                merged.update(yaml.safe_load(handle) or {})
     return merged
 
 
@@ -99,7 +98,7 @@ def _trusted(value: Any) -> Any:
 def _overrides(config) -> Dict[str, Any]:
     values = {}
     for item in config.getoption("readiness_var"):
-        name, _, value = item.partition("=")
+        name, dummy, value = item.partition("=")
         values[name] = yaml.safe_load(value)
     return values
 
@@ -112,7 +111,7 @@ def node(host, request) -> Node:
 @pytest.fixture(scope="session")
 def cluster(request) -> List[Node]:
     """Every node of the run, in rank order."""
-    from preflight import cluster_ranks
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import cluster_ranks
 
     inventory = request.config.getoption("ansible_inventory") or ""
     specs = [spec for spec in (request.config.getoption("hosts") or "").split(",") if spec]
@@ -120,6 +119,29 @@ def cluster(request) -> List[Node]:
     nodes = [Node(host, inventory, _overrides(request.config)) for host in hosts]
     ranks = cluster_ranks([item.name for item in nodes], {item.name: {"rank": item.var("rank")} for item in nodes})
     return sorted(nodes, key=lambda item: ranks[item.name])
+
+
+@pytest.fixture(scope="session")
+def cluster_plans(cluster):
+    """The units bench.yml would run on these nodes, for the first selected model, and the catalog: the
+    launch role's own planner, with its options from the same variables."""
+    from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import merged_catalog, models_selection
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch import GIB, LaunchOptions, launch_plans
+
+    first = cluster[0]
+    catalog = merged_catalog(first.var("models_catalog", {}), first.var("models_extra_catalog", {}))
+    models = models_selection(first.var("model"), first.var("models_enabled", []), catalog)[:1]
+    runtimes = (["prima"] if first.var("prima_enabled", True) else []) + ["llama_rpc", "single"]
+    # Ports and addresses are what matter here; memory only sizes the layer window, threads nothing.
+    nodes = [{"host": item.name, "address": str(item.var("cluster_ip")), "cores": 1,
+              "memory": {"ram": 64 * GIB, "vram": 0, "total": 64 * GIB}} for item in cluster]
+    options = LaunchOptions.from_mapping({
+        "models_dir": first.var("cluster_models_dir"), "state_dir": first.var("cluster_state_dir"),
+        "prima_cli": "llama-cli", "llama_cpp_bin": "", "data_port_base": first.var("cluster_data_port_base"),
+        "signal_port_base": first.var("cluster_signal_port_base"), "rpc_port": first.var("cluster_rpc_port"),
+        "layer_window": "auto", "prefetch": False, "threads": 1, "prompt": "", "n_predict": 1, "ctx_size": 1,
+        "seed": 0})
+    return list(launch_plans(nodes, runtimes, models, catalog, options).values()), catalog
 
 
 @pytest.hookimpl(hookwrapper=True)

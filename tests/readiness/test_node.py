@@ -2,8 +2,12 @@
 
 import pytest
 
-from models import merged_catalog, models_files, models_selection
-from readiness import compiler_command, expected_weights, listening_ports, rank_ports, version_at_least
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (merged_catalog, models_files,
+                                                                            models_selection)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import listen_ports
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports
+from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import (compiler_command, expected_weights,
+                                                                              version_at_least)
 
 
 def prima_built(node) -> bool:
@@ -30,15 +34,15 @@ def test_highs(host, node):
     assert host.file("%s/include/highs/Highs.h" % prefix).exists, "no HiGHS headers in %s/include/highs" % prefix
 
 
-def binary_problems(host, fact, binaries):
+def binary_problems(host, fact, bin_dir):
+    """Every binary the build recorded (the pinned_build fact: binaries by name), present and unchanged."""
     problems = []
-    for name, path in binaries:
-        recorded = (fact.get("binaries_sha256") or {}).get(name) or (fact.get("llama_cli_sha256") if name ==
-                                                                     "llama-cli" else None)
+    for name, recorded in sorted((fact.get("binaries") or {}).items()):
+        path = "%s/%s" % (bin_dir, name)
         binary = host.file(path)
         if not binary.exists:
             problems.append("%s is missing" % path)
-        elif recorded and binary.sha256sum != recorded:
+        elif binary.sha256sum != recorded:
             problems.append("%s differs from the build (sha256 %s, built %s): run site.yml"
                             % (path, binary.sha256sum[:12], recorded[:12]))
     return problems
@@ -52,8 +56,9 @@ def test_prima_build(host, node):
     expected = str(node.var("prima_version"))
     assert fact["commit"] == expected, "prima.cpp is at %s, the inventory pins %s: run site.yml" % (
         fact["commit"][:12], expected[:12])
-    cli = "%s/current/bin/llama-cli" % node.var("prima_root", "/opt/prima")
-    problems = binary_problems(host, fact, [("llama-cli", cli)])
+    bin_dir = "%s/current/bin" % node.var("prima_root", "/opt/prima")
+    cli = bin_dir + "/llama-cli"
+    problems = binary_problems(host, fact, bin_dir)
     assert not problems, "; ".join(problems)
     version = host.run("%s --version" % cli)
     assert version.rc == 0, "%s --version fails: %s" % (cli, version.stderr.strip()[-300:])
@@ -64,13 +69,13 @@ def test_llama_cpp_build(host, node):
     assert fact, "no llama.cpp build recorded (/etc/ansible/facts.d/llama_cpp.fact): run site.yml"
     if node.var("llama_cpp_source") == "sdist":
         expected = str(node.var("llama_cpp_sdist_commit"))
-        assert fact["commit"].startswith(expected), "llama.cpp is at %s, the inventory pins %s" % (fact["commit"],
-                                                                                                  expected)
+        assert fact["commit"].startswith(expected), \
+            "llama.cpp is at %s, the inventory pins %s" % (fact["commit"], expected)
     else:
         expected = str(node.var("llama_cpp_git_version"))
         assert fact["version"] == expected, "llama.cpp is %s, the inventory pins %s" % (fact["version"], expected)
     bin_dir = "%s/current/bin" % node.var("llama_cpp_root", "/opt/llama.cpp")
-    problems = binary_problems(host, fact, [(name, "%s/%s" % (bin_dir, name)) for name in fact["binaries_sha256"]])
+    problems = binary_problems(host, fact, bin_dir)
     assert not problems, "; ".join(problems)
     version = host.run("%s/llama-completion --version" % bin_dir)
     assert version.rc == 0, "llama-completion --version fails: %s" % version.stderr.strip()[-300:]
@@ -115,7 +120,7 @@ def weights_records(node):
         except FileNotFoundError:
             pass
     files = models_files(keys, catalog, lock, node.var("models_hub_endpoint", ""))
-    return expected_weights(files, node.var("models_dir", "/opt/models"))
+    return expected_weights(files, node.var("cluster_models_dir"))
 
 
 def test_weights(host, node):
@@ -128,7 +133,7 @@ def test_weights(host, node):
         if record["size"] and weights.size != record["size"]:
             problems.append("%s has %d bytes, the catalog says %d" % (record["path"], weights.size, record["size"]))
         # The same check site.yml makes: the verified stamp, or the file's sha256 when it changed since.
-        result = host.ansible("hub_download", "url=none dest=%s sha256=%s verify_only=true"
+        result = host.ansible("prima.cluster.hub_download", "url=none dest=%s sha256=%s verify_only=true"
                               % (record["path"], record["sha256"]), check=False)
         if not result.get("verified"):
             problems.append("%s does not match its sha256 %s" % (record["path"], record["sha256"][:12] or "(none)"))
@@ -136,10 +141,9 @@ def test_weights(host, node):
 
 
 def test_launch_units(host, node):
-    units = sorted(name for name in host.run("ls %s" % node.var("launch_dir", "/etc/prima-bench")).stdout.split()
-                   if name.endswith(".sh"))
-    assert units, "no launch units in %s: run site.yml" % node.var("launch_dir", "/etc/prima-bench")
-    launch_dir = node.var("launch_dir", "/etc/prima-bench")
+    launch_dir = node.var("cluster_launch_dir")
+    units = sorted(name for name in host.run("ls %s" % launch_dir).stdout.split() if name.endswith(".sh"))
+    assert units, "no launch units in %s: run site.yml" % launch_dir
     problems = []
     for unit in units:
         check = host.run("bash -n %s/%s" % (launch_dir, unit))
@@ -154,18 +158,16 @@ def test_launch_units(host, node):
 
 
 def test_free_disk(host, node):
-    models_dir = node.var("models_dir", "/opt/models")
+    models_dir = node.var("cluster_models_dir")
     margin_gib = float(node.var("models_disk_margin_gib", 5))
     available = int(host.run("df -B1 --output=avail %s | tail -1" % models_dir).stdout.strip() or 0)
     assert available >= margin_gib * 1024 ** 3, "%.2f GiB free on %s, below the margin of %.2f GiB" % (
         available / 1024 ** 3, models_dir, margin_gib)
 
 
-def test_rank_ports_free(host, node, cluster):
-    rank = [item.name for item in cluster].index(node.name)
-    runtimes = ["llama_rpc"] + (["prima"] if prima_built(node) else [])
-    ports = rank_ports(rank, runtimes, int(node.var("launch_data_port_base", 9000)),
-                       int(node.var("launch_signal_port_base", 10000)), int(node.var("launch_rpc_port", 50052)))
+def test_rank_ports_free(host, node, cluster_plans):
+    plans, dummy = cluster_plans
+    ports = listen_ports({plan["name"]: plan for plan in plans}, node.name)
     busy = sorted(set(ports) & listening_ports(host.run("cat /proc/net/tcp /proc/net/tcp6").stdout))
-    assert not busy, "rank %d's port(s) %s are in use outside a run: find the owner with ss -ltnp" % (
-        rank, ", ".join(map(str, busy)))
+    assert not busy, "%s's rank port(s) %s are in use outside a run: find the owner with ss -ltnp" % (
+        node.name, ", ".join(map(str, busy)))

@@ -2,13 +2,16 @@
 
 import json
 
-from bench import agreement_problems, link_shaping, probe_payload_bytes, probe_spec, rank_reports
-from launch import GIB, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, link_shaping,
+                                                                                probe_payload_bytes, probe_spec,
+                                                                                rank_reports)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import GIB, LaunchOptions, launch_plans
 
 CATALOG = {"tiny": {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8000}]}}
-OPTIONS = {"models_dir": "/opt/models", "state_dir": "/s", "prima_cli": "cli", "completion": "completion",
-           "rpc_server": "rpc", "rpc_port": 50052, "layer_window": "auto", "data_port_base": 9000,
-           "signal_port_base": 10000, "threads": 1, "prompt": "p", "n_predict": 8, "ctx_size": 64, "seed": 1}
+OPTIONS = LaunchOptions.from_mapping({
+    "models_dir": "/opt/models", "state_dir": "/s", "prima_cli": "cli", "llama_cpp_bin": "/bin", "rpc_port": 50052,
+    "layer_window": "auto", "prefetch": False, "data_port_base": 9000, "signal_port_base": 10000, "threads": 1,
+    "prompt": "p", "n_predict": 8, "ctx_size": 64, "seed": 1})
 NODES = [{"host": "n%d" % rank, "address": "10.0.0.%d" % rank, "cores": 2,
           "memory": {"ram": GIB, "vram": 0, "total": GIB}} for rank in range(3)]
 
@@ -19,8 +22,8 @@ def plans(*runtimes):
 
 def local(commit="abc", cli="d1", rpc="d2", weights="w1"):
     return {"ansible_local": {
-        "prima": {"commit": commit, "llama_cli_sha256": cli},
-        "llama_cpp": {"commit": commit, "binaries_sha256": {"ggml-rpc-server": rpc, "llama-completion": "c"}},
+        "prima": {"commit": commit, "binaries": {"llama-cli": cli, "llama-server": "s"}},
+        "llama_cpp": {"commit": commit, "binaries": {"ggml-rpc-server": rpc, "llama-completion": "c"}},
         "models": {"tiny.gguf": {"sha256": weights, "model": "tiny"}}}}
 
 
@@ -80,7 +83,7 @@ def test_rank_reports_read_what_each_host_registered():
 
 
 def test_network_rows_per_rank_and_target():
-    from bench import network
+    from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import network
 
     hostvars = {"n0": {"bench_probe_result": {"rtt_ms": {"10.0.0.1:9001": 0.2, "10.0.0.1:10001": 0.3},
                                               "throughput_mbit_s": {"10.0.0.1:9001": 940.5}}},

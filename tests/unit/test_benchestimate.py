@@ -2,8 +2,10 @@
 
 import pytest
 
-from benchestimate import expectations, expected_curve, link_gbit, sweep_series
-from benchreport import aggregate, render_report, results_table, sweep_table
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (expectations, expected_curve,
+                                                                                  link_gbit, sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, render_report,
+                                                                                results_table, sweep_table)
 
 NETWORK = [{"host": "n0", "target": "10.77.0.11:9001", "rtt_ms": 0.2, "mbit_s": 900.0},
            {"host": "n1", "target": "10.77.0.12:9002", "rtt_ms": 0.2, "mbit_s": 1100.0}]
@@ -83,18 +85,18 @@ def test_sweep_table_and_curve():
 def test_report_draws_the_sweep(tmp_path):
     records = [record("single", 20.0, link=link, bits=bits) for link, bits in (("1gbit", 10 ** 9), ("10mbit", 10 ** 7))]
     records += [record("prima", 10.0, link="1gbit", bits=10 ** 9), record("prima", 9.0, link="10mbit", bits=10 ** 7)]
-    text, _ = render_report(records, [], plot_dir=str(tmp_path))
+    text, dummy = render_report(records, [], plot_dir=str(tmp_path))
     assert "## Link sweep: measured, with the estimate beside it" in text
     assert "![prima.cpp, tiny](sweep-prima-tiny.png)" in text
     png = (tmp_path / "sweep-prima-tiny.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10000
     # Without shaped steps: no sweep section, no plot.
-    text, _ = render_report([record("single", 20.0, link="unshaped", bits=0)], [], plot_dir=str(tmp_path / "none"))
+    text, dummy = render_report([record("single", 20.0, link="unshaped", bits=0)], [], plot_dir=str(tmp_path / "none"))
     assert "## Link sweep" not in text
 
 
 def test_round_trip_from_the_unshaped_probe_plus_the_added_delay():
-    from benchestimate import round_trip_ms
+    from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import round_trip_ms
 
     row = {"network": [{"rtt_ms": 3.0}], "base_network": [{"rtt_ms": 0.2}, {"rtt_ms": 0.4}], "link_delay_ms": 2.0,
            "link_shaping": {"shaped": True, "delay_applied": True}}
@@ -106,7 +108,7 @@ def test_round_trip_from_the_unshaped_probe_plus_the_added_delay():
 
 
 def test_network_table_of_a_sweep_has_a_probe_per_step():
-    from benchreport import networks_table
+    from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import networks_table
 
     records = [record("llama_rpc", 10.0, link=link, bits=bits) for link, bits in (("1gbit", 10 ** 9), ("10mbit", 10 ** 7))]
     records[1]["network"] = [{"host": "n0", "target": "10.77.0.11:50052", "rtt_ms": 2.5, "mbit_s": 9.6}]

@@ -5,7 +5,7 @@ colours, CR LF, runs cut short, inf/nan figures). Expected values were read off 
 import json
 import os
 
-import benchlog
+from ansible_collections.prima.cluster.plugins.plugin_utils import benchlog
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "benchlog")
 

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from benchreport import (aggregate, append_results, derived, markdown_table, profile_table, render_report,
-                         results_table, runtimes_table, spread, summarize)
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, append_results, derived,
+                                                                                markdown_table, profile_table,
+                                                                                render_report, results_table,
+                                                                                runtimes_table, spread, summarize)
 
 
 def run(runtime, eval_tps, index=1, warmup=False, model="tiny", link="unshaped", eval_ms=1000.0, eval_runs=20,
@@ -84,7 +86,7 @@ def test_report_renders_every_section():
 def test_report_shows_the_network():
     record = run("single", 10.0)
     record["network"] = [{"host": "n0", "target": "10.0.0.1:50052", "rtt_ms": 0.123, "mbit_s": 940.54}]
-    text, _ = render_report([record], [])
+    text, dummy = render_report([record], [])
     assert "## Network, measured before the runs" in text
     assert "| n0 | 10.0.0.1:50052 | 0.123 | 940.5 |" in text
     assert "## Network" not in render_report([run("single", 10.0)], [])[0]
@@ -94,18 +96,18 @@ def test_report_shows_prima_device_profile_when_its_allocator_ran():
     record = run("prima", 10.0)
     record["device_profile"] = [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0.0, "ram_gib": 23.54,
                                  "disk_read_gbs": 0.42, "cpu_cores": 2}]
-    text, _ = render_report([record], [])
+    text, dummy = render_report([record], [])
     assert "## prima.cpp's device profile" in text and "| Disk read (GB/s) | 0.42 |" in text
 
 
 @pytest.mark.parametrize("profile", [[], None])
 def test_report_without_profile(profile):
-    text, _ = render_report([run("single", 10.0)], profile or [])
+    text, dummy = render_report([run("single", 10.0)], profile or [])
     assert "## Cluster profile" not in text
 
 
 def test_report_lists_the_runs_repeated_after_a_cut_log():
     lost = [{"unit": "llama_rpc-tiny", "run": "warmup0", "stderr": "/r/raw/n0/llama_rpc-tiny/warmup0/stderr"}]
-    text, _ = render_report([run("llama_rpc", 10.0)], [], lost)
+    text, dummy = render_report([run("llama_rpc", 10.0)], [], lost)
     assert "- llama_rpc-tiny warmup0: `/r/raw/n0/llama_rpc-tiny/warmup0/stderr`" in text
     assert "Repeated because" not in render_report([run("llama_rpc", 10.0)], [])[0]

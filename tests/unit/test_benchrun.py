@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from benchrun import exit_meaning, log_was_cut, rank_problems, run_record, tail
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (exit_meaning, log_was_cut, rank_problems,
+                                                                             run_record, tail)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
@@ -41,8 +42,8 @@ def test_a_clean_rpc_run_has_no_problem():
 
 
 def test_worker_that_never_listened_is_named_first():
-    ranks = [rank(0, "head", None), rank(1, "worker", 0, "error: unknown argument: --bogus",
-                                        listen_error="exited with status 0 before listening")]
+    ranks = [rank(0, "head", None),
+             rank(1, "worker", 0, "error: unknown argument: --bogus", listen_error="exited with status 0 before listening")]
     problems = rank_problems("llama_rpc", ranks)
     assert len(problems) == 1
     assert problems[0].startswith("rank 1 (n1, llama_rpc worker) did not start: exited with status 0 before listening")
@@ -117,8 +118,8 @@ def test_run_record_names_the_allocators_split():
     assert record["split"] == "prima.cpp allocator: n0=8"
     # rank 0's profile table: cores, RAM and disk read per rank, as prima.cpp measured them
     profile = record["device_profile"]
-    assert [(item["rank"], item["host"], item["cpu_cores"]) for item in profile] == [(0, "n0", 2), (1, "n1", 2),
-                                                                                   (2, "n2", 2)]
+    assert [(item["rank"], item["host"], item["cpu_cores"]) for item in profile] == [
+        (0, "n0", 2), (1, "n1", 2), (2, "n2", 2)]
     assert [item["disk_read_gbs"] for item in profile] == [0.42, 0.13, 0.44]
     assert profile[0]["ram_gib"] == 23.54
 

@@ -9,8 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from estimate import (GIB, boundaries_crossed, decode_estimate, estimate, header_facts, kv_bytes_per_token, main,
-                      model_facts)
+from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (GIB, boundaries_crossed, decode_estimate,
+                                                                             estimate, header_facts,
+                                                                             kv_bytes_per_token, main, model_facts)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -117,5 +118,5 @@ def test_command_line(tmp_path, capsys):
         "n_layer": 80, "n_embd": 8192, "n_head_kv": 8, "boundary_bytes_per_token": 32772, "kv_bytes_per_token": 174080}
     assert result["link_mbit_s"] == pytest.approx(2.62176)
     failed = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "estimate.py"), "--gguf", path,
-                             "--mem-gib", "24,24"], capture_output=True, text=True)
+                             "--mem-gib", "24,24"], capture_output=True, text=True, check=False)
     assert failed.returncode == 2 and "header and no tensors" in failed.stderr

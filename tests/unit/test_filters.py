@@ -1,7 +1,8 @@
 import pytest
 
-from cuda import cuda_lowest_arch, cuda_parse_gpus, cuda_parse_nvcc_version
-from timing import duration_seconds
+from ansible_collections.prima.cluster.plugins.filter.cuda import (cuda_lowest_arch, cuda_parse_gpus,
+                                                                   cuda_parse_nvcc_version)
+from ansible_collections.prima.cluster.plugins.filter.timing import duration_seconds
 
 SMI_TWO_GPUS = """NVIDIA GeForce RTX 4090, 24564, 8.9, 535.104.05
 NVIDIA GeForce RTX 3090, 24576, 8.6, 535.104.05

@@ -8,18 +8,28 @@ import time
 import jinja2
 import pytest
 
-from launch import GIB, MIB, host_units, launch_plan, launch_plans, rank_hosts, usable_bytes, weights_path
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (GIB, MIB, LaunchOptions, UnitContext,
+                                                                           host_units, launch_plan, launch_plans,
+                                                                           listen_ports, rank_hosts, usable_bytes,
+                                                                           weights_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8 * 1000}]}
-SPLIT = {"n_layer": 80, "files": [{"name": "m-00002-of-00002.gguf", "size": 1}, {"name": "m-00001-of-00002.gguf",
-                                                                                  "size": 1}]}
-OPTIONS = {"models_dir": "/opt/models", "state_dir": "/var/lib/prima-bench", "prima_cli": "/opt/prima/current/bin/llama-cli",
-           "completion": "/opt/llama.cpp/current/bin/llama-completion",
-           "rpc_server": "/opt/llama.cpp/current/bin/ggml-rpc-server", "rpc_port": 50052, "rpc_server_extra_args": [],
-           "tensor_split": "", "layer_window": "auto", "prefetch": False, "data_port_base": 9000,
-           "signal_port_base": 10000, "threads": 0, "prompt": "Once upon a time", "n_predict": 32, "ctx_size": 512,
-           "seed": 42}
+SPLIT = {"n_layer": 80, "files": [{"name": "m-00002-of-00002.gguf", "size": 1},
+                                  {"name": "m-00001-of-00002.gguf", "size": 1}]}
+# As the launch role passes them: every value may come as a string from Jinja.
+VALUES = {"models_dir": "/opt/models", "state_dir": "/var/lib/prima-bench", "prima_cli": "/opt/prima/current/bin/llama-cli",
+          "llama_cpp_bin": "/opt/llama.cpp/current/bin", "rpc_port": "50052", "rpc_server_extra_args": [],
+          "tensor_split": "", "layer_window": "auto", "prefetch": "False", "data_port_base": 9000,
+          "signal_port_base": "10000", "threads": "0", "prompt": "Once upon a time", "n_predict": 32, "ctx_size": 512,
+          "seed": 42, "head_extra_args": [], "rank_env": {}}
+
+
+def options(**overrides):
+    return LaunchOptions.from_mapping(dict(VALUES, **overrides))
+
+
+OPTIONS = options()
 
 
 def nodes(count, ram_gib=24, vram_gib=0):
@@ -28,8 +38,8 @@ def nodes(count, ram_gib=24, vram_gib=0):
             for rank in range(count)]
 
 
-def plan_for(runtime, count, **options):
-    plans = launch_plans(nodes(count), [runtime], ["tiny"], {"tiny": TINY}, dict(OPTIONS, **options))
+def plan_for(runtime, count, **overrides):
+    plans = launch_plans(nodes(count), [runtime], ["tiny"], {"tiny": TINY}, options(**overrides))
     return plans["%s-tiny" % runtime]
 
 
@@ -75,7 +85,7 @@ def test_prima_gpu_layers_and_allocator_mode():
     assert plan["window"] == [40, 40] and plan["gpu_layers"] == [40, 40]
     assert "-ngl" in plan["units"]["n1"]["argv"]
     prima_mode = launch_plans(nodes(2, vram_gib=8), ["prima"], ["tiny"], {"tiny": TINY},
-                              dict(OPTIONS, layer_window="prima"))["prima-tiny"]
+                              options(layer_window="prima"))["prima-tiny"]
     assert prima_mode["window"] is None and "-lw" not in prima_mode["units"]["n0"]["argv"]
     assert prima_mode["units"]["n1"]["argv"][-2:] == ["--gpu-mem", "8"]
 
@@ -90,7 +100,7 @@ def test_prima_explicit_window_is_checked():
 def test_prima_fit_problem_names_rank_and_sizes():
     plans = launch_plans(nodes(2, ram_gib=4), ["prima"], ["m"],
                          {"m": {"n_layer": 80, "files": [{"name": "m.gguf", "size": 40 * GIB}]}},
-                         dict(OPTIONS, layer_window=[70, 10]))  # 0.5 GiB a layer, 4 GiB each
+                         options(layer_window=[70, 10]))  # 0.5 GiB a layer, 4 GiB each
     problems = plans["prima-m"]["fit_problems"]
     assert problems[0].startswith("rank 0 (n0): 70 layers need 35.00 GiB, 4.00 GiB usable")
     assert problems[1].startswith("rank 1 (n1): 10 layers need 5.00 GiB, 4.00 GiB usable")
@@ -138,9 +148,31 @@ def test_rank_env_reaches_every_rank_under_the_units_own():
 
 def test_unknown_runtime_and_model():
     with pytest.raises(ValueError, match="runtime 'mpi'"):
-        launch_plan("mpi", ["n0"], ["10.0.0.1"], [{"total": 1, "vram": 0}], TINY, OPTIONS)
+        launch_plan("mpi", ["n0"], ["10.0.0.1"], [{"total": 1, "vram": 0}], TINY,
+                    UnitContext(OPTIONS, "/opt/models/tiny.gguf", "/var/lib/prima-bench/mpi-tiny", {"n0": 1}))
     with pytest.raises(ValueError, match="model 'huge' is not in the catalog"):
         launch_plans(nodes(1), ["single"], ["huge"], {"tiny": TINY}, OPTIONS)
+
+
+def test_options_are_typed_once_and_bad_ones_named():
+    assert OPTIONS.rpc_port == 50052 and OPTIONS.prefetch is False and OPTIONS.threads == 0
+    assert options(rank_env={"B": 2, "A": "x"}).rank_env == (("A", "x"), ("B", "2"))
+    bad = dict(VALUES, rpc_port="fifty", prefetch="maybe", head_extra_args="--x", colour=1)
+    del bad["seed"]
+    with pytest.raises(ValueError) as error:
+        LaunchOptions.from_mapping(bad)
+    message = str(error.value)
+    for fragment in ("unknown launch option colour", "launch option seed is missing", "launch option rpc_port:",
+                     "launch option prefetch: 'maybe' is not true or false",
+                     "launch option head_extra_args: '--x' is not a list of arguments"):
+        assert fragment in message, message
+
+
+def test_listen_ports_over_every_plan():
+    plans = launch_plans(nodes(3), ["prima", "llama_rpc", "single"], ["tiny"], {"tiny": TINY}, OPTIONS)
+    assert listen_ports(plans, "n0") == [9000, 10000]
+    assert listen_ports(plans, "n2") == [9002, 10002, 50052]
+    assert listen_ports(launch_plans(nodes(3), ["single"], ["tiny"], {"tiny": TINY}, OPTIONS), "n1") == []
 
 
 def test_host_units_are_flat_and_named():
@@ -176,7 +208,7 @@ def test_systemd_unit_renders_and_verifies(tmp_path):
     unit_file = tmp_path / "prima-bench-llama_rpc-tiny.service"
     unit_file.write_text(text.replace("/etc/prima-bench/llama_rpc-tiny.sh", str(script))
                          .replace("/var/lib/prima-bench/llama_rpc-tiny", str(tmp_path)))
-    verify = subprocess.run(["systemd-analyze", "verify", str(unit_file)], capture_output=True, text=True)
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit_file)], capture_output=True, text=True, check=False)
     assert verify.returncode == 0, verify.stderr
 
 
@@ -191,7 +223,7 @@ def launcher(tmp_path, argv, listen=(), timeout_s=30):
 
 
 def sh(*argv):
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_launcher_runs_in_the_foreground_and_keeps_everything(tmp_path):
@@ -229,7 +261,7 @@ def test_systemd_flavour_starts_and_stops_through_systemctl(tmp_path):
     text = render("rank.sh.j2", host_units(plans, "n1")[0], launch_systemd=True)
     assert "systemctl start prima-bench-llama_rpc-tiny.service" in text
     assert "systemctl stop prima-bench-llama_rpc-tiny.service" in text and "setsid" not in text
-    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
 
 
 def test_launcher_start_stop_leaves_nothing(tmp_path):
@@ -265,8 +297,8 @@ def test_launcher_listening_sees_a_listener(tmp_path):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
-        script, _ = launcher(tmp_path, ["sleep", "30"], listen=[server.getsockname()[1]])
+        script, dummy = launcher(tmp_path, ["sleep", "30"], listen=[server.getsockname()[1]])
         assert sh(script, "listening", "5").returncode == 0
-    script, _ = launcher(tmp_path, ["sleep", "30"], listen=[1])
+    script, dummy = launcher(tmp_path, ["sleep", "30"], listen=[1])
     late = sh(script, "listening", "1")
     assert late.returncode == 1 and "not listening on 1 after 1 s" in late.stderr

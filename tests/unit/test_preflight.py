@@ -2,9 +2,11 @@ import os
 
 import pytest
 
-from models import catalog_problems
-from preflight import (choice_problems, cluster_problems, cluster_ranks,
-                       positive_int_problems, role_argument_specs, role_input_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import catalog_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
+                                                                              cluster_ranks, positive_int_problems,
+                                                                              role_argument_specs,
+                                                                              role_input_problems)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,17 +101,19 @@ def test_empty_group():
 
 
 def test_role_inputs_checked_against_the_real_argument_specs():
-    specs = role_argument_specs(["prima", "llama_cpp", "highs"], os.path.join(REPO, "roles"))
+    specs = role_argument_specs(os.path.join(REPO, "roles"))
+    assert {"prima", "llama_cpp", "highs", "cluster", "link", "pinned_build"} <= set(specs)
+    assert "link_step" in specs["link"] and "link_guard_quiet_s" in specs["link"]  # every entry point's inputs
     hostvars = {
-        "a": {"prima_jobs": "many", "llama_cpp_source": "tarball", "unrelated": 1},
+        "a": {"prima_jobs": "many", "llama_cpp_source": "tarball", "unrelated": 1, "cluster_rpc_port": "fifty"},
         "b": {"prima_jobs": "4", "highs_build_throttle": 1},
     }
-    problems = role_input_problems(["a", "b"], hostvars, specs)
-    assert len(problems) == 2, problems
-    assert problems[0].startswith("host a, role prima: ")
-    assert "prima_jobs" in problems[0]
+    problems = sorted(role_input_problems(["a", "b"], hostvars, specs))
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("host a, role cluster: ") and "cluster_rpc_port" in problems[0]
     assert problems[1].startswith("host a, role llama_cpp: ")
     assert "llama_cpp_source" in problems[1] and "git, sdist" in problems[1]
+    assert problems[2].startswith("host a, role prima: ") and "prima_jobs" in problems[2]
 
 
 def test_every_role_has_an_argument_spec_for_each_default():

@@ -1,7 +1,8 @@
 """Pure pieces of the readiness suite."""
 
-from readiness import compiler_command, expected_weights, first_line, glance, listening_ports, rank_ports, \
-    version_at_least
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports
+from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import (compiler_command, expected_weights,
+                                                                              first_line, glance, version_at_least)
 
 PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0A4D000A:C364 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
@@ -23,12 +24,6 @@ def test_versions():
 def test_compiler_command_skips_ccache():
     assert compiler_command("ccache g++-9 9.3.0-22") == "g++-9"
     assert compiler_command("g++ 12.2.0") == "g++" and compiler_command("") == ""
-
-
-def test_rank_ports():
-    assert rank_ports(0, ["prima", "llama_rpc"], 9000, 10000, 50052) == [9000, 10000]
-    assert rank_ports(2, ["prima", "llama_rpc"], 9000, 10000, 50052) == [9002, 10002, 50052]
-    assert rank_ports(1, ["llama_rpc"], 9000, 10000, 50052) == [50052]
 
 
 def test_expected_weights():

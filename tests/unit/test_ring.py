@@ -1,6 +1,7 @@
 import pytest
 
-from ring import GIB, gpu_layers, layer_window, plan_problems, rank_ports, ring_neighbours
+from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (GIB, gpu_layers, layer_window, rank_ports,
+                                                                         ring_neighbours, window_problems)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -40,6 +41,10 @@ def test_layer_window_refuses_what_cannot_work():
 def test_gpu_layers_vram_first():
     assert gpu_layers([60, 20], [22 * GIB, 0], GIB // 2) == [44, 0]
     assert gpu_layers([10], [100 * GIB], GIB) == [10]
+
+
+def plan_problems(n_layer, layer_bytes, usable, hosts):
+    return window_problems(layer_window(n_layer, usable), layer_bytes, usable, hosts)
 
 
 def test_plan_problems_name_the_rank_and_numbers():

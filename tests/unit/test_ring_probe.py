@@ -5,11 +5,11 @@ import threading
 
 import pytest
 
-from ring_probe import ACK, ProbeError, probe
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import ACK, ProbeError, probe
 
 
 def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
+    sockets = [socket.socket() for dummy in range(count)]
     for sock in sockets:
         sock.bind(("127.0.0.1", 0))
     ports = [sock.getsockname()[1] for sock in sockets]
@@ -87,7 +87,7 @@ def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
     results = {}
     listener = threading.Thread(target=lambda: results.update(probe("127.0.0.1", [port], [], 1, 10, payload)))
     listener.start()
-    for _ in range(100):
+    for dummy in range(100):
         try:
             sock = socket.create_connection(("127.0.0.1", port), timeout=1)
             break
@@ -95,7 +95,7 @@ def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
             threading.Event().wait(0.05)
     alive_while_sending = []
     with sock:
-        for _ in range(8):  # 8 x 32 KiB over 0.8 s
+        for dummy in range(8):  # 8 x 32 KiB over 0.8 s
             sock.sendall(b"\0" * (32 * 1024))
             threading.Event().wait(0.1)
             alive_while_sending.append(listener.is_alive())

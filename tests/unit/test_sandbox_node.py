@@ -1,7 +1,8 @@
 import pytest
 
-from sandbox_node import (SandboxError, host_veth_name, mounts_under, netns_name, pids_rooted_in,
-                          unescape_mount_path)
+from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import (SandboxError, host_veth_name,
+                                                                                 mounts_under, netns_name,
+                                                                                 pids_rooted_in, unescape_mount_path)
 
 MOUNTINFO = """22 1 0:21 / / rw,relatime - overlay overlay rw
 40 22 0:5 / /var/lib/prima-sandbox/nodes/n0/root/proc rw - proc proc rw

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-import range_server
-from weights_download import PARTIAL_SUFFIX, STAMP_SUFFIX, DownloadError, download_verified
+from ansible_collections.prima.cluster.plugins.module_utils import range_server
+from ansible_collections.prima.cluster.plugins.module_utils.weights_download import (PARTIAL_SUFFIX, STAMP_SUFFIX,
+                                                                                     DownloadError, download_verified)
 
 PAYLOAD = bytes(range(256)) * 4096 + b"tail"  # 1 MiB + 4 bytes
 DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
@@ -43,7 +44,7 @@ def served(log, count=1):
 
 
 def test_cold_download_then_stamp(hub, tmp_path):
-    url, _, log = hub
+    url, dummy, log = hub
     dest = str(tmp_path / "models" / "model.gguf")
     progress = str(tmp_path / "progress.json")
     first = download_verified(url, dest, DIGEST, progress_path=progress)
@@ -59,7 +60,7 @@ def test_cold_download_then_stamp(hub, tmp_path):
 
 
 def test_resume_sends_a_range_and_gets_only_the_rest(hub, tmp_path):
-    url, _, log = hub
+    url, dummy, log = hub
     dest = str(tmp_path / "model.gguf")
     with open(dest + PARTIAL_SUFFIX, "wb") as handle:
         handle.write(PAYLOAD[:300000])
@@ -72,7 +73,7 @@ def test_resume_sends_a_range_and_gets_only_the_rest(hub, tmp_path):
 
 
 def test_complete_partial_needs_no_body(hub, tmp_path):
-    url, _, log = hub
+    url, dummy, log = hub
     dest = str(tmp_path / "model.gguf")
     with open(dest + PARTIAL_SUFFIX, "wb") as handle:
         handle.write(PAYLOAD)
@@ -82,7 +83,7 @@ def test_complete_partial_needs_no_body(hub, tmp_path):
 
 
 def test_flipped_byte_is_detected_and_fetched_again(hub, tmp_path):
-    url, _, _ = hub
+    url, dummy, dummy = hub
     dest = str(tmp_path / "model.gguf")
     download_verified(url, dest, DIGEST)
     with open(dest, "r+b") as handle:
@@ -97,7 +98,7 @@ def test_flipped_byte_is_detected_and_fetched_again(hub, tmp_path):
 
 
 def test_wrong_bytes_fail_and_leave_nothing_under_the_final_name(hub, tmp_path):
-    url, root, _ = hub
+    url, root, dummy = hub
     (root / "org" / "repo" / "resolve" / "main" / "model.gguf").write_bytes(PAYLOAD[:-1] + b"X")
     dest = str(tmp_path / "model.gguf")
     with pytest.raises(DownloadError, match="sha256 of the downloaded model.gguf is .* expected %s" % DIGEST):
@@ -106,7 +107,7 @@ def test_wrong_bytes_fail_and_leave_nothing_under_the_final_name(hub, tmp_path):
 
 
 def test_without_expected_digest_the_digest_is_reported(hub, tmp_path):
-    url, _, _ = hub
+    url, dummy, dummy = hub
     dest = str(tmp_path / "model.gguf")
     result = download_verified(url, dest, None)
     assert result["sha256"] == DIGEST
@@ -114,7 +115,7 @@ def test_without_expected_digest_the_digest_is_reported(hub, tmp_path):
 
 
 def test_missing_file_fails_at_once_naming_the_catalog(hub, tmp_path):
-    url, _, log = hub
+    url, dummy, log = hub
     with pytest.raises(DownloadError, match="404: check the repository, revision and file name"):
         download_verified(url.replace("model.gguf", "nope.gguf"), str(tmp_path / "nope.gguf"), retries=3)
     assert len(served(log)) == 1
@@ -149,7 +150,7 @@ def test_resolve_refuses_escapes(tmp_path):
 
 
 def test_progress_line_reads_like_a_person_would_say_it():
-    from models_wait import describe_progress
+    from ansible_collections.prima.cluster.plugins.action.models_wait import describe_progress
 
     line = describe_progress("n0", {"file": "m.gguf", "state": "downloading", "bytes": 512 << 20,
                                     "total": 2048 << 20, "rate_bytes_s": 85_000_000, "elapsed_s": 6.3})
@@ -157,7 +158,7 @@ def test_progress_line_reads_like_a_person_would_say_it():
 
 
 def test_progress_file_is_rate_limited(tmp_path):
-    from weights_download import Progress
+    from ansible_collections.prima.cluster.plugins.module_utils.weights_download import Progress
 
     now = [0.0]
     progress = Progress(str(tmp_path / "p.json"), "m.gguf", interval=5, clock=lambda: now[0])
