@@ -19,7 +19,7 @@ def ring_neighbours(addresses: Sequence[str]) -> List[Dict[str, object]]:
             for rank in range(world)]
 
 
-def rank_ports(rank: int, data_port_base: int = 9000, signal_port_base: int = 10000) -> Dict[str, int]:
+def rank_ports(rank: int, data_port_base: int, signal_port_base: int) -> Dict[str, int]:
     """Rank R listens on data_port_base+R and signal_port_base+R."""
     return {"data_port": data_port_base + rank, "signal_port": signal_port_base + rank}
 

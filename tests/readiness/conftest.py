@@ -50,7 +50,6 @@ class Node:
         from ansible.parsing.dataloader import DataLoader
         from ansible.template import Templar
 
-        _plugins_ready()
         self.host = host
         self.name = host.backend.host
         raw = dict(role_defaults())
@@ -76,15 +75,6 @@ class Node:
             if name.endswith(".fact"):
                 found[name[:-5]] = json.loads(self.host.file("/etc/ansible/facts.d/" + name).content_string)
         return found
-
-
-@functools.lru_cache(maxsize=None)
-def _plugins_ready() -> bool:
-    """Lookups and our filters (ansible.cfg's paths) for rendering the variables, loaded once."""
-    from ansible.plugins.loader import init_plugin_loader
-
-    init_plugin_loader()
-    return True
 
 
 def _trusted(value: Any) -> Any:

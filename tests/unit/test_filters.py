@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from ansible_collections.prima.cluster.plugins.filter.cuda import (cuda_lowest_arch, cuda_parse_gpus,
@@ -58,3 +60,23 @@ def test_duration_seconds(delta, seconds):
 def test_duration_seconds_rejects_garbage():
     with pytest.raises(ValueError):
         duration_seconds("soon")
+
+
+def test_collection_paths_stay_inside_the_collection():
+    from ansible_collections.prima.cluster.plugins.plugin_utils.paths import COLLECTION_ROOT, collection_path
+
+    assert collection_path("templates/report.md.j2") == os.path.join(COLLECTION_ROOT, "templates", "report.md.j2")
+    assert os.path.exists(collection_path("templates/launch/rank.sh.j2"))
+    for outside in ("../shared", "/etc/passwd", "templates/../../x"):
+        with pytest.raises(ValueError, match="not a path inside the collection"):
+            collection_path(outside)
+
+
+def test_the_lookup_names_what_is_missing():
+    from ansible.errors import AnsibleLookupError
+    from ansible.plugins.loader import lookup_loader
+
+    lookup = lookup_loader.get("prima.cluster.collection_path")
+    assert lookup.run(["templates"]) == [os.path.join(lookup.run(["."])[0], "templates")]
+    with pytest.raises(AnsibleLookupError, match="nothing.txt is not in the prima.cluster collection"):
+        lookup.run(["nothing.txt"])

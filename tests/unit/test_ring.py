@@ -14,7 +14,7 @@ def test_ring_closes_on_rank_0(world):
 
 
 def test_ports():
-    assert rank_ports(0) == {"data_port": 9000, "signal_port": 10000}
+    assert rank_ports(0, 9000, 10000) == {"data_port": 9000, "signal_port": 10000}
     assert rank_ports(3, 19000, 20000) == {"data_port": 19003, "signal_port": 20003}
 
 
