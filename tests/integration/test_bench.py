@@ -64,7 +64,7 @@ def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
     assert rank_processes() == []
     assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
     # With its default parameters, bench.yml runs exactly the units site.yml rendered.
-    rendered = re.search(r"TASK \[launch : Render this host's launcher scripts\].*?\n\n", result.stdout, re.S)
+    rendered = re.search(r"TASK \[prima\.cluster\.launch : Render this host's launcher scripts\].*?\n\n", result.stdout, re.S)
     assert rendered and "changed:" not in rendered.group(0), rendered.group(0) if rendered else result.stdout
 
 

@@ -40,8 +40,8 @@ def callback():
 
 
 def events(callback, run_dir):
-    callback.v2_runner_on_ok(Result({"bench_profile": [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0,
-                                                          "ram_gib": 1.0, "disk_read_gbs": 1.5, "cpu_cores": 2}]}))
+    profile = [{"rank": 0, "host": "n0", "gpu": "", "vram_gib": 0, "ram_gib": 1.0, "disk_read_gbs": 1.5, "cpu_cores": 2}]
+    callback.v2_runner_on_ok(Result({"bench_profile": profile}))
     for index in range(3):
         callback.v2_runner_on_ok(Result({"bench_run_result": record(run_dir, index), "bench_run_attempt": 0}))
     callback.v2_runner_on_ok(Result({"bench_run_lost": {"unit": "single-tiny", "run": "run1",
