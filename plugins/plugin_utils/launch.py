@@ -6,6 +6,7 @@ same cluster always gets the same split (prima.cpp's own allocator is not reprod
 """
 
 import dataclasses
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
@@ -14,6 +15,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_lay
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 RUNTIMES = ("prima", "llama_rpc", "single")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +79,10 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
     if name == "rank_env":
         if not isinstance(value, Mapping):
             raise ValueError("%r is not a mapping of environment variables" % (value,))
+        bad = sorted(str(key) for key in value if not ENV_NAME.match(str(key)))
+        if bad:
+            # The launcher script exports each name as it is: only a shell variable name may pass.
+            raise ValueError("%s: not an environment variable name (letters, digits, _)" % ", ".join(map(repr, bad)))
         return tuple(sorted((str(key), str(item)) for key, item in value.items()))
     if name in ("rpc_server_extra_args", "head_extra_args"):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):

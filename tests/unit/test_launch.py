@@ -157,6 +157,9 @@ def test_unknown_runtime_and_model():
 def test_options_are_typed_once_and_bad_ones_named():
     assert OPTIONS.rpc_port == 50052 and OPTIONS.prefetch is False and OPTIONS.threads == 0
     assert options(rank_env={"B": 2, "A": "x"}).rank_env == (("A", "x"), ("B", "2"))
+    with pytest.raises(ValueError, match="'A;rm -rf /': not an environment variable name"):
+        options(rank_env={"A;rm -rf /": "1", "OK": "x;y"})
+    assert options(rank_env={"OK": "x;y\nz"}).rank_env == (("OK", "x;y\nz"),)  # values are quoted in the script
     bad = dict(VALUES, rpc_port="fifty", prefetch="maybe", head_extra_args="--x", colour=1)
     del bad["seed"]
     with pytest.raises(ValueError) as error:
