@@ -13,6 +13,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (PLAN_KEYS, log_was_cut, rank_problems,
                                                                              run_record)
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport import drop_problems
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},
@@ -65,6 +66,12 @@ class ActionModule(ActionBase):
             unpack(log_dir(rank["host"]))
         ranks = [dict(rank, stderr=read_text(os.path.join(log_dir(rank["host"]), "stderr"))) for rank in args["ranks"]]
         problems = rank_problems(plan["runtime"], ranks, args["tail_lines"])
+        drops = drop_problems(plan, args["meta"].get("transport_drops") or {})
+        if problems:
+            # A tunnel that dropped is the cause of what its ranks did next: named first.
+            problems = drops + problems
+        elif drops:
+            self._display.warning("%s %s: the run succeeded although %s" % (plan["name"], label, "; ".join(drops)))
         where = "raw logs kept in %s/<host>/%s/%s; results.jsonl untouched" % (raw_dir, plan["name"], label)
         if problems:
             raise AnsibleActionFail("%s failed:\n%s\n(%s)" % (plan["name"], "\n".join(problems), where))

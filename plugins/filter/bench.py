@@ -3,7 +3,7 @@
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, build_commit,
                                                                                 link_shaping, model_files, network,
                                                                                 probe_payload_bytes, probe_spec,
-                                                                                rank_reports)
+                                                                                rank_reports, tunnel_drops)
 
 
 class FilterModule:
@@ -17,4 +17,5 @@ class FilterModule:
             "bench_probe_payload_bytes": probe_payload_bytes,
             "bench_link_shaping": link_shaping,
             "bench_model_files": model_files,
+            "bench_tunnel_drops": tunnel_drops,
         }

@@ -149,9 +149,11 @@ class Acceptor(threading.Thread):
 
 
 def probe(address: str, ports: Sequence[int], targets: Sequence[Target], expect: int,
-          timeout_s: float, payload_bytes: int = 0) -> Dict[str, object]:
+          timeout_s: float, payload_bytes: int = 0, expect_per_port: Optional[Dict[int, int]] = None) -> Dict[str, object]:
     """Listen on `ports`, reach every target (and time a payload to it), and stay until `expect`
-    connections per port came in."""
+    connections per port (or, where given, `expect_per_port[port]`: a port every peer reaches) came in."""
+    wanted = {int(port): int((expect_per_port or {}).get(port, (expect_per_port or {}).get(str(port), expect)))
+              for port in ports}
     listeners = bind_listeners(address, ports)
     acceptor = Acceptor(listeners, payload_bytes)
     acceptor.start()
@@ -174,7 +176,7 @@ def probe(address: str, ports: Sequence[int], targets: Sequence[Target], expect:
                     errors.pop(key, None)
                     pending.remove(target)
             with acceptor.lock:
-                served = all(len(acceptor.done.get(port, [])) >= expect for port in ports)
+                served = all(len(acceptor.done.get(port, [])) >= wanted[port] for port in ports)
             if not pending and served:
                 break
             time.sleep(0.05)
@@ -186,4 +188,4 @@ def probe(address: str, ports: Sequence[int], targets: Sequence[Target], expect:
     accepted = acceptor.accepted
     return {"rtt_ms": rtt_ms, "throughput_mbit_s": throughput, "unreached": errors,
             "accepted": {str(port): peers for port, peers in sorted(accepted.items())},
-            "missing_peers": [port for port in ports if len(accepted.get(port, [])) < expect]}
+            "missing_peers": [port for port in ports if len(accepted.get(port, [])) < wanted[port]]}

@@ -30,6 +30,9 @@ options:
     description: Connections each port waits for from peers before the probe ends early.
     type: int
     default: 0
+  expect_per_port:
+    description: Connections a port waits for, by port, where more than C(expect) peers reach it.
+    type: dict
   timeout_s:
     description: Seconds to wait for the peers' listeners and connections.
     type: float
@@ -88,6 +91,7 @@ def main():
             ports=dict(type="list", elements="int", default=[]),
             targets=dict(type="list", elements="str", default=[]),
             expect=dict(type="int", default=0),
+            expect_per_port=dict(type="dict"),
             timeout_s=dict(type="float", default=10.0),
             payload_bytes=dict(type="int", default=0),
         ),
@@ -97,7 +101,7 @@ def main():
     try:
         targets = [parse_target(text) for text in params["targets"]]
         result = probe(params["address"], params["ports"], targets, params["expect"], params["timeout_s"],
-                       params["payload_bytes"])
+                       params["payload_bytes"], params["expect_per_port"])
     except ProbeError as err:
         module.fail_json(msg=str(err))
     if result["unreached"]:

@@ -4,7 +4,7 @@ The readiness suite runs the same checks, so a cluster it passes is one bench.ym
 """
 
 import json
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import first_file, model_bytes, weights_path
 
@@ -79,10 +79,14 @@ def agreement_problems(plans: Sequence[Mapping[str, Any]], hostvars: Mapping[str
 def probe_spec(plans: Sequence[Mapping[str, Any]], host: str) -> Dict[str, Any]:
     """What this host listens on during the runs, and the peers' ports it connects to."""
     ports, targets = [], []  # type: List[int], List[str]
+    bind = ""
     for plan in plans:
         unit = plan["units"].get(host)
         if unit is None:
             continue
+        # Through SSH a rank listens on the loopback and reaches each peer port through its own forward.
+        addresses = plan.get("connect_addresses") or plan["addresses"]
+        bind = addresses[host]
         ports += [port for port in unit["listen"] if port not in ports]
         if plan["runtime"] == "prima":
             hosts = plan["hosts"]
@@ -93,9 +97,9 @@ def probe_spec(plans: Sequence[Mapping[str, Any]], host: str) -> Dict[str, Any]:
         else:
             peers = []
         for peer in peers:
-            targets += ["%s:%d" % (plan["addresses"][peer], port) for port in plan["units"][peer]["listen"]
-                        if "%s:%d" % (plan["addresses"][peer], port) not in targets]
-    return {"ports": ports, "targets": targets, "expect": 1 if ports else 0}
+            targets += ["%s:%d" % (addresses[peer], port) for port in plan["units"][peer]["listen"]
+                        if "%s:%d" % (addresses[peer], port) not in targets]
+    return {"bind": bind, "ports": ports, "targets": targets, "expect": 1 if ports else 0}
 
 
 def rank_reports(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -121,11 +125,20 @@ def network(plans: Sequence[Mapping[str, Any]], hostvars: Mapping[str, Any]) -> 
     hosts = []  # type: List[str]
     for plan in plans:
         hosts += [host for host in plan["hosts"] if host not in hosts]
+    peers = {}  # type: Dict[Tuple[str, str], Tuple[str, str]]
+    for plan in plans:
+        addresses = plan.get("connect_addresses") or plan["addresses"]
+        for host in plan["hosts"]:
+            for peer in plan["hosts"]:
+                for port in plan["units"][peer]["listen"]:
+                    peers[(host, "%s:%d" % (addresses[peer], port))] = (peer, plan.get("transport") or "direct")
     for host in hosts:
         probe = hostvars[host].get("bench_probe_result") or {}
         throughput = probe.get("throughput_mbit_s") or {}
         for target, rtt in sorted((probe.get("rtt_ms") or {}).items()):
-            rows.append({"host": host, "target": target, "rtt_ms": rtt, "mbit_s": throughput.get(target)})
+            peer, via = peers.get((host, target), ("", "direct"))
+            rows.append({"host": host, "target": target, "rtt_ms": rtt, "mbit_s": throughput.get(target),
+                         "peer": peer, "via": via})
     return rows
 
 
@@ -154,3 +167,17 @@ def model_files(plans: Sequence[Mapping[str, Any]], catalog: Mapping[str, Any], 
         models[plan["model"]] = {"path": weights_path(entry, models_dir), "size": int(first_file(entry).get("size") or 0),
                                  "total": model_bytes(entry)}
     return models
+
+
+def tunnel_drops(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
+    """Each host's SSH forwarder drops since the run started (its forwarders script's `drops`), by host."""
+    drops = {}  # type: Dict[str, List[Dict[str, Any]]]
+    for host in hosts:
+        registered = hostvars[host].get("bench_tunnel_drops") or {}
+        try:
+            found = json.loads(registered.get("stdout") or "[]")
+        except ValueError:
+            found = [{"peer": "?", "ports": [], "exit": "unreadable drops: %s" % registered.get("stdout", "")[:80]}]
+        if found:
+            drops[host] = found
+    return drops

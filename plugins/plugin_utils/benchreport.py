@@ -60,11 +60,28 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                # What the estimate beside this row needs: the step's link, its probe, the model's header.
                "link_bits": int(runs[0].get("link_bits") or 0), "link_shaping": runs[0].get("link_shaping") or {},
                "network": runs[0].get("network") or [], "base_network": runs[0].get("base_network") or [],
-               "link_delay_ms": runs[0].get("link_delay_ms") or 0.0, "model_facts": runs[0].get("model_facts") or {}}
+               "link_delay_ms": runs[0].get("link_delay_ms") or 0.0, "model_facts": runs[0].get("model_facts") or {},
+               "transport": transport_mode(runs[0])}
         for metric in METRICS:
             row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
         rows.append(row)
     return rows
+
+
+def transport_mode(record: Mapping[str, Any]) -> str:
+    """direct or ssh: how this run's ranks reached each other (records from before the transport: unknown)."""
+    return str((record.get("transport") or {}).get("mode") or "—")
+
+
+def transport_notes(records: Sequence[Mapping[str, Any]]) -> List[str]:
+    """Each transport the runs used, and why it was picked."""
+    notes = []  # type: List[str]
+    for record in records:
+        transport = record.get("transport") or {}
+        note = "%s: %s" % (transport.get("mode"), transport.get("reason")) if transport.get("mode") else ""
+        if note and note not in notes:
+            notes.append(note)
+    return notes
 
 
 def _fmt(value: Number, digits: int = 2) -> str:
@@ -88,12 +105,13 @@ def results_table(rows: Sequence[Mapping[str, Any]], expected: Optional[Mapping[
     """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token, and the
     estimate's decode beside the measured one."""
     expected = expected if expected is not None else expectations(rows)
-    headers = ["Runtime", "Model", "Link", "World", "Split", "Build", "Prompt t/s", "Decode t/s", "ms/token",
-               "TTFT ms", "Runs", "Expected decode t/s", "Measured/expected"]
+    headers = ["Runtime", "Model", "Link", "Transport", "World", "Split", "Build", "Prompt t/s", "Decode t/s",
+               "ms/token", "TTFT ms", "Runs", "Expected decode t/s", "Measured/expected"]
     body = []
     for row in rows:
         guess = expected.get((row["runtime"], row["model"], row["link"]), {})
-        body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"], row["world"],
+        body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"],
+                     row.get("transport", "—"), row["world"],
                      row["split"], row["build"], spread(row["prompt_tps"]), spread(row["eval_tps"]),
                      spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), row["runs"],
                      expected_cell(guess, "decode_tps"), ratio_text(guess.get("decode_tps_ratio"))])
@@ -196,10 +214,17 @@ def runs_table(records: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(headers, body)
 
 
+def _target(row: Mapping[str, Any]) -> str:
+    """The peer and port; through SSH the address is this node's own forward, so the peer is named."""
+    if row.get("peer") and row.get("via") == "ssh":
+        return "%s:%s via ssh (%s)" % (row["peer"], row["target"].rsplit(":", 1)[-1], row["target"])
+    return row["target"]
+
+
 def network_table(rows: Sequence[Mapping[str, Any]], link: Optional[str] = None) -> str:
     """Each rank to each address it connects to: TCP handshake time and payload throughput
     (with the link each probe ran on, for a sweep)."""
-    body = [([link] if link is not None else []) + [row["host"], row["target"], _fmt(row.get("rtt_ms"), 3),
+    body = [([link] if link is not None else []) + [row["host"], _target(row), _fmt(row.get("rtt_ms"), 3),
                                                     _fmt(row.get("mbit_s"), 1)] for row in rows]
     return markdown_table((["Link"] if link is not None else []) + ["From", "To", "Handshake ms", "Throughput Mbit/s"],
                           body)
@@ -237,6 +262,7 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
                                       if record.get("device_profile")), ""),
         "runs_table": runs_table(records),
         "network_table": networks_table(records),
+        "transport_notes": transport_notes(records),
         "rows": rows,
     }
 

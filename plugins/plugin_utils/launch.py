@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
                                                                          ring_neighbours, window_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport import LOOPBACK, rpc_port
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -40,6 +41,8 @@ class LaunchOptions:
     rpc_server_extra_args: Tuple[str, ...] = ()
     head_extra_args: Tuple[str, ...] = ()
     rank_env: Tuple[Tuple[str, str], ...] = ()
+    # direct: ranks reach each other's cluster_ip; ssh: every cross-node port is a forward on the loopback.
+    transport: str = "direct"
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "LaunchOptions":
@@ -74,6 +77,10 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
                 raise ValueError("%r is not true or false" % value)
             return value.strip().lower() in ("true", "yes", "1")
         return bool(value)
+    if name == "transport":
+        if value not in ("direct", "ssh"):
+            raise ValueError("%r is not direct or ssh" % (value,))
+        return value
     if kind in ("str", str):
         return "" if value is None else str(value)
     if name == "rank_env":
@@ -155,7 +162,9 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
     layer_bytes = max(model_bytes(entry) // n_layer, 1)
     gpu = gpu_layers(window, [rank["vram"] for rank in memory], layer_bytes) if window else None
     units = {}
-    for ring, host in zip(ring_neighbours(addresses), hosts):
+    # Through SSH, every port a rank connects to is a forward on its own loopback (transport.py).
+    ring_addresses = [LOOPBACK] * len(addresses) if options.transport == "ssh" else addresses
+    for ring, host in zip(ring_neighbours(ring_addresses), hosts):
         rank = int(ring["rank"])
         ports = rank_ports(rank, options.data_port_base, options.signal_port_base)
         argv = [options.prima_cli, "-m", unit.weights, "--world", str(ring["world"]), "--rank", str(rank),
@@ -194,13 +203,16 @@ def completion_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[st
 
 
 def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], unit: UnitContext) -> Dict[str, Any]:
-    """llama.cpp RPC: ggml-rpc-server on every worker, bound to its cluster address; the head offloads to them."""
+    """llama.cpp RPC: ggml-rpc-server on every worker, bound to its cluster address (the loopback through SSH,
+    where the head's forward ends); the head offloads to them. Worker rank R listens on rpc_port + R - 1."""
     options = unit.options
-    port = options.rpc_port
-    endpoints = ["%s:%d" % (address, port) for address in addresses[1:]]
+    binds = [LOOPBACK] * len(addresses) if options.transport == "ssh" else list(addresses)
+    endpoints = ["%s:%d" % (address, rpc_port(options.rpc_port, rank))
+                 for rank, address in enumerate(binds[1:], start=1)]
     units = {hosts[0]: {"rank": 0, "role": "head", "argv": completion_argv(unit, hosts[0], endpoints), "env": {},
                         "listen": []}}
-    for rank, (host, address) in enumerate(zip(hosts[1:], addresses[1:]), start=1):
+    for rank, (host, address) in enumerate(zip(hosts[1:], binds[1:]), start=1):
+        port = rpc_port(options.rpc_port, rank)
         argv = [options.llama_cpp_bin.rstrip("/") + "/ggml-rpc-server", "-H", address, "-p", str(port),
                 "-t", str(unit.threads[host])]
         units[host] = {"rank": rank, "role": "worker", "argv": argv + list(options.rpc_server_extra_args),
@@ -237,7 +249,7 @@ def cluster_nodes(hosts: Sequence[str], hostvars: Mapping[str, Any], reserve_mib
     for host in hosts:
         facts = dict(hostvars[host].get("ansible_facts") or {})
         facts.setdefault("cuda_gpus", hostvars[host].get("cuda_gpus") or [])
-        nodes.append({"host": host, "address": str(hostvars[host]["cluster_ip"]),
+        nodes.append({"host": host, "address": str(hostvars[host].get("cluster_ip") or LOOPBACK),
                       "memory": usable_bytes(facts, hostvars[host].get("gpu_mem"), reserve_mib),
                       "cores": int(facts.get("processor_nproc") or 1)})
     return nodes
@@ -258,8 +270,12 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
                                state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads)
             plan = launch_plan(runtime, hosts, [node["address"] for node in nodes], [node["memory"] for node in nodes],
                                catalog[model], unit)
-            plan.update({"name": name, "model": model, "state_dir": unit.state_dir,
-                         "addresses": {node["host"]: node["address"] for node in nodes if node["host"] in plan["hosts"]}})
+            addresses = {node["host"]: node["address"] for node in nodes if node["host"] in plan["hosts"]}
+            plan.update({"name": name, "model": model, "state_dir": unit.state_dir, "addresses": addresses,
+                         "transport": options.transport,
+                         # Where a rank listens, and where its peers reach it: the loopback through SSH.
+                         "connect_addresses": {host: LOOPBACK for host in addresses} if options.transport == "ssh"
+                         else addresses})
             plans[name] = plan
     return plans
 

@@ -57,11 +57,11 @@ def test_probe_spec_follows_the_ring_and_the_rpc_head():
     both = list(plans("prima", "llama_rpc").values())
     spec = probe_spec(both, "n0")
     assert sorted(spec["ports"]) == [9000, 10000] and spec["expect"] == 1
-    assert sorted(spec["targets"]) == ["10.0.0.1:10001", "10.0.0.1:50052", "10.0.0.1:9001", "10.0.0.2:50052"]
+    assert sorted(spec["targets"]) == ["10.0.0.1:10001", "10.0.0.1:50052", "10.0.0.1:9001", "10.0.0.2:50053"]
     last = probe_spec(both, "n2")
-    assert sorted(last["ports"]) == [9002, 10002, 50052] and sorted(last["targets"]) == ["10.0.0.0:10000",
+    assert sorted(last["ports"]) == [9002, 10002, 50053] and sorted(last["targets"]) == ["10.0.0.0:10000",
                                                                                          "10.0.0.0:9000"]
-    assert probe_spec(list(plans("single").values()), "n1") == {"ports": [], "targets": [], "expect": 0}
+    assert probe_spec(list(plans("single").values()), "n1") == {"bind": "", "ports": [], "targets": [], "expect": 0}
 
 
 def finish(exit, pid, left=False):
@@ -89,8 +89,10 @@ def test_network_rows_per_rank_and_target():
                                               "throughput_mbit_s": {"10.0.0.1:9001": 940.5}}},
                 "n1": {"bench_probe_result": {"rtt_ms": {}}}, "n2": {}}
     rows = network(list(plans("prima").values()), hostvars)
-    assert rows == [{"host": "n0", "target": "10.0.0.1:10001", "rtt_ms": 0.3, "mbit_s": None},
-                    {"host": "n0", "target": "10.0.0.1:9001", "rtt_ms": 0.2, "mbit_s": 940.5}]
+    assert rows == [{"host": "n0", "target": "10.0.0.1:10001", "rtt_ms": 0.3, "mbit_s": None, "peer": "n1",
+                     "via": "direct"},
+                    {"host": "n0", "target": "10.0.0.1:9001", "rtt_ms": 0.2, "mbit_s": 940.5, "peer": "n1",
+                     "via": "direct"}]
 
 
 def test_probe_payload_is_half_a_second_of_a_slow_link():

@@ -59,7 +59,7 @@ def test_a_clean_playbook_writes_the_report_and_appends_the_measured_runs(callba
     measured = json.loads(lines[1])
     assert measured["runtime"] == "single" and measured["perf"]["eval_tps"] > 0 and measured["ms_per_token"] > 0
     report = (tmp_path / "r1" / "report.md").read_text()
-    assert "| single node | tiny | unshaped | 1 | 1 node | 0c1e570 |" in report
+    assert "| single node | tiny | unshaped | — | 1 | 1 node | 0c1e570 |" in report
     assert "| Rank 0 (n0) |" in report and "- single-tiny run1:" in report
 
 

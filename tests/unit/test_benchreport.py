@@ -15,6 +15,7 @@ def run(runtime, eval_tps, index=1, warmup=False, model="tiny", link="unshaped",
     return {"run_id": "r1", "runtime": runtime, "model": model, "link": link, "unit": "%s-%s" % (runtime, model),
             "world": 1 if runtime == "single" else 3, "hosts": ["n0"], "split": "1 node", "build": "0c1e570",
             "run_index": index, "warmup": warmup, "finished": "2026-12-02T12:00:00+00:00", "run_dir": "/tmp/r1",
+            "transport": {"mode": "ssh", "reason": "auto: n0 cannot reach 10.0.0.2:9001 (Connection refused)"},
             "perf": {"prompt_tps": 100.0, "prompt_ms": prompt_ms, "prompt_tokens": 5, "eval_tps": eval_tps,
                      "eval_ms": eval_ms, "eval_runs": eval_runs, "total_ms": 1100.0}}
 
@@ -44,8 +45,8 @@ def test_aggregate_skips_warmups_and_groups_by_runtime_model_link():
 def test_tables():
     rows = aggregate([run("single", 10.0), run("llama_rpc", 5.0, eval_ms=2000.0)])
     table = results_table(rows)
-    assert table.splitlines()[0].startswith("| Runtime | Model | Link | World | Split |")
-    assert "| single node | tiny | unshaped | 1 | 1 node | 0c1e570 | 100.00 ± 0.00 | 10.00 ± 0.00 |" in table
+    assert table.splitlines()[0].startswith("| Runtime | Model | Link | Transport | World | Split |")
+    assert "| single node | tiny | unshaped | ssh | 1 | 1 node | 0c1e570 | 100.00 ± 0.00 | 10.00 ± 0.00 |" in table
     side = runtimes_table(rows)
     assert side.splitlines()[0] == "| Model | Link | llama.cpp RPC | single node |"
     assert side.splitlines()[2] == "| tiny | unshaped | 100.00 ms (5.00 t/s) | 50.00 ms (10.00 t/s) |"

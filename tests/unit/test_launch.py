@@ -117,12 +117,13 @@ def test_llama_rpc(world):
     if world == 1:
         assert "--rpc" not in head
     else:
-        assert head[head.index("--rpc") + 1] == ",".join("10.77.0.%d:50052" % (10 + rank) for rank in range(1, world))
+        assert head[head.index("--rpc") + 1] == ",".join("10.77.0.%d:%d" % (10 + rank, 50051 + rank) for rank in range(1, world))
     for rank in range(1, world):
         unit = plan["units"]["n%d" % rank]
-        assert unit["argv"][1:5] == ["-H", "10.77.0.%d" % (10 + rank), "-p", "50052"]  # never 0.0.0.0
+        # Never 0.0.0.0; worker rank R on rpc_port + R - 1, so ports are unique across the cluster.
+        assert unit["argv"][1:5] == ["-H", "10.77.0.%d" % (10 + rank), "-p", str(50051 + rank)]
         assert unit["env"] == {"LLAMA_CACHE": "/var/lib/prima-bench/llama_rpc-tiny/cache"}
-        assert unit["role"] == "worker" and unit["listen"] == [50052]
+        assert unit["role"] == "worker" and unit["listen"] == [50051 + rank]
 
 
 def test_single_uses_rank_0_only():
@@ -174,7 +175,7 @@ def test_options_are_typed_once_and_bad_ones_named():
 def test_listen_ports_over_every_plan():
     plans = launch_plans(nodes(3), ["prima", "llama_rpc", "single"], ["tiny"], {"tiny": TINY}, OPTIONS)
     assert listen_ports(plans, "n0") == [9000, 10000]
-    assert listen_ports(plans, "n2") == [9002, 10002, 50052]
+    assert listen_ports(plans, "n2") == [9002, 10002, 50053]
     assert listen_ports(launch_plans(nodes(3), ["single"], ["tiny"], {"tiny": TINY}, OPTIONS), "n1") == []
 
 
@@ -305,3 +306,18 @@ def test_launcher_listening_sees_a_listener(tmp_path):
     script, dummy = launcher(tmp_path, ["sleep", "30"], listen=[1])
     late = sh(script, "listening", "1")
     assert late.returncode == 1 and "not listening on 1 after 1 s" in late.stderr
+
+
+def test_through_ssh_every_rank_connects_to_its_own_loopback():
+    prima = plan_for("prima", 3, transport="ssh")
+    for unit in prima["units"].values():
+        argv = unit["argv"]
+        assert argv[argv.index("--master") + 1] == "127.0.0.1" and argv[argv.index("--next") + 1] == "127.0.0.1"
+    rpc = plan_for("llama_rpc", 3, transport="ssh")
+    head = rpc["units"]["n0"]["argv"]
+    assert head[head.index("--rpc") + 1] == "127.0.0.1:50052,127.0.0.1:50053"
+    assert rpc["units"]["n2"]["argv"][1:5] == ["-H", "127.0.0.1", "-p", "50053"]
+    assert rpc["connect_addresses"] == {"n0": "127.0.0.1", "n1": "127.0.0.1", "n2": "127.0.0.1"}
+    assert rpc["addresses"]["n2"] == "10.77.0.12" and rpc["transport"] == "ssh"
+    with pytest.raises(ValueError, match="transport: 'tunnel' is not direct or ssh"):
+        options(transport="tunnel")

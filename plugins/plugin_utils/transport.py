@@ -1,0 +1,257 @@
+"""How cross-node connections travel: straight to each peer's cluster_ip, or through SSH port forwards.
+
+Glows reaches each instance only through a port-mapped SSH gateway and promises nothing about
+instance-to-instance traffic. Every port a rank, the weights fan-out or the probe connects to is
+`base + rank` (or one fixed port), so no two ranks share a port: a node can forward each port it
+needs on a peer to the same port on that peer's loopback, next to its own listeners. Pure functions.
+"""
+
+import dataclasses
+import re
+import shlex
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+NETWORKS = ("auto", "direct", "ssh")
+LOOPBACK = "127.0.0.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class PortBases:
+    data: int
+    signal: int
+    rpc: int
+    fanout: int
+
+
+def rank_order(ranks: Mapping[str, Any]) -> List[str]:
+    return sorted(ranks, key=lambda host: (int(ranks[host]), host))
+
+
+def rpc_port(rpc_base: int, rank: int) -> int:
+    """ggml-rpc-server of worker rank R (R >= 1) listens on rpc_base + R - 1: the first worker keeps llama.cpp's port."""
+    return rpc_base + rank - 1
+
+
+def listen_table(ranks: Mapping[str, Any], bases: PortBases) -> Dict[str, Dict[int, str]]:
+    """What every host may listen on, whatever the world size: port -> what it is."""
+    table = {}  # type: Dict[str, Dict[int, str]]
+    for index, host in enumerate(rank_order(ranks)):
+        ports = {bases.data + index: "prima.cpp data port of rank %d" % index,
+                 bases.signal + index: "prima.cpp signal port of rank %d" % index,
+                 bases.fanout: "weights fan-out server"}
+        if index > 0:
+            ports[rpc_port(bases.rpc, index)] = "ggml-rpc-server of rank %d" % index
+        table[host] = ports
+    return table
+
+
+def needed_ports(ranks: Mapping[str, Any], bases: PortBases, allocator: bool = False) -> Dict[str, Dict[str, List[int]]]:
+    """host -> peer -> the ports the host connects to on that peer, over every world size (-e world=N takes
+    the first N ranks, so rank R's next is R+1, or rank 0 when R is the last):
+
+    - prima.cpp: the next rank's data and signal ports, and rank 0's (the master, and the next of the last rank);
+      with prima.cpp's own allocator a rank may skip ranks left without layers, so every peer's;
+    - llama.cpp RPC: rank 0, the head, each worker's RPC port;
+    - the weights fan-out, from whichever node is its source, and the probe of all of these.
+    """
+    hosts = rank_order(ranks)
+    needs = {}  # type: Dict[str, Dict[str, List[int]]]
+    for rank, host in enumerate(hosts):
+        for peer_rank, peer in enumerate(hosts):
+            if peer == host:
+                continue
+            ports = {bases.fanout}
+            if peer_rank in (rank + 1, 0) or allocator:
+                ports |= {bases.data + peer_rank, bases.signal + peer_rank}
+            if rank == 0:
+                ports.add(rpc_port(bases.rpc, peer_rank))
+            needs.setdefault(host, {})[peer] = sorted(ports)
+    return needs
+
+
+def port_problems(ranks: Mapping[str, Any], bases: PortBases, allocator: bool = False) -> List[str]:
+    """Ports that two uses would share on one node (a listener and a forward, or two forwards), or out of range."""
+    problems = []  # type: List[str]
+    listens = listen_table(ranks, bases)
+    owners = {}  # type: Dict[int, List[str]]
+    for host, ports in sorted(listens.items()):
+        for port, what in sorted(ports.items()):
+            if port != bases.fanout:
+                owners.setdefault(port, []).append("%s on %s" % (what, host))
+    for port, uses in sorted(owners.items()):
+        if len(uses) > 1:
+            problems.append("port %d is both the %s: give cluster_data_port_base, cluster_signal_port_base, "
+                            "cluster_rpc_port and cluster_fanout_port ranges that do not overlap" % (port, " and the ".join(uses)))
+    fanout_clash = [what for ports in listens.values() for port, what in ports.items()
+                    if port == bases.fanout and what != "weights fan-out server"]
+    if fanout_clash:
+        problems.append("port %d is both the weights fan-out server and the %s: change cluster_fanout_port"
+                        % (bases.fanout, fanout_clash[0]))
+    for host, ports in sorted(listens.items()):
+        bad = sorted(port for port in ports if not 1024 <= port <= 65535)
+        if bad:
+            problems.append("%s: port(s) %s are outside 1024-65535: lower the port bases" % (host, bad))
+    if problems:
+        return problems
+    # A node forwards each port it needs to one peer, on its own loopback beside its own listeners.
+    for host, peers in sorted(needed_ports(ranks, bases, allocator).items()):
+        forwarded = {}  # type: Dict[int, str]
+        for peer, ports in sorted(peers.items()):
+            for port in ports:
+                if port == bases.fanout:
+                    continue
+                if port in listens[host]:
+                    problems.append("%s: port %d is its own %s and a forward to %s" % (host, port, listens[host][port], peer))
+                elif forwarded.get(port, peer) != peer:
+                    problems.append("%s: port %d would forward to both %s and %s" % (host, port, forwarded[port], peer))
+                forwarded[port] = peer
+    return problems
+
+
+def fanout_forward(needs: Mapping[str, Mapping[str, Sequence[int]]], host: str, source: str) -> Dict[str, List[int]]:
+    """During the fan-out a node forwards the fan-out port to the source only (every node has its own on each peer)."""
+    return {peer: list(ports) for peer, ports in needs.get(host, {}).items() if peer == source}
+
+
+def rank_links(needs: Mapping[str, Mapping[str, Sequence[int]]], bases: PortBases) -> Dict[str, Dict[str, List[int]]]:
+    """The forwards the ranks and the probe use: every needed port but the fan-out's."""
+    return {host: {peer: [port for port in ports if port != bases.fanout] for peer, ports in peers.items()}
+            for host, peers in needs.items()}
+
+
+def authorized_key_line(public_key: str, ports: Iterable[int], comment: str) -> str:
+    """An authorized_keys line that lets the key open forwards to these loopback ports and nothing else."""
+    key = public_key.strip().split()
+    if len(key) < 2 or not re.fullmatch(r"[A-Za-z0-9@.-]+", key[0]) or not re.fullmatch(r"[A-Za-z0-9+/=]+", key[1]):
+        raise ValueError("not an OpenSSH public key: %r" % public_key[:60])
+    if not re.fullmatch(r"[A-Za-z0-9@._-]+", comment):
+        raise ValueError("key comment %r has characters an authorized_keys line cannot carry" % comment)
+    opens = ",".join('permitopen="%s:%d"' % (LOOPBACK, int(port)) for port in sorted(set(ports)))
+    return "restrict,port-forwarding,%s %s %s %s" % (opens, key[0], key[1], comment)
+
+
+def ssh_endpoint(hostvars: Mapping[str, Any], peer: str) -> Dict[str, Any]:
+    """How a node reaches a peer's sshd: cluster_ssh_host/port/user, else the peer's own Ansible connection."""
+    values = hostvars[peer]
+    host = values.get("cluster_ssh_host") or values.get("ansible_host") or peer
+    port = values.get("cluster_ssh_port") or values.get("ansible_port") or 22
+    user = values.get("cluster_ssh_user") or values.get("ansible_user") or "root"
+    for name, value in (("cluster_ssh_host", host), ("cluster_ssh_user", user)):
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", str(value)):
+            raise ValueError("host %s: %s %r is not a host or user name; set %s to the address other nodes reach "
+                             "its sshd on" % (peer, name, value, name))
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        raise ValueError("host %s: cluster_ssh_port %r is not a port number" % (peer, port))
+    if not 0 < port < 65536:
+        raise ValueError("host %s: cluster_ssh_port %d is not a port number" % (peer, port))
+    return {"host": str(host), "port": port, "user": str(user)}
+
+
+def known_hosts_name(endpoint: Mapping[str, Any]) -> str:
+    return endpoint["host"] if int(endpoint["port"]) == 22 else "[%s]:%d" % (endpoint["host"], int(endpoint["port"]))
+
+
+def forward_argv(endpoint: Mapping[str, Any], ports: Sequence[int], key: str, known_hosts: str,
+                 alive_interval_s: int, alive_count: int) -> List[str]:
+    """One supervised SSH connection per peer link: every port, at the same number on both loopbacks."""
+    argv = ["ssh", "-N", "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+            "-o", "ServerAliveInterval=%d" % alive_interval_s, "-o", "ServerAliveCountMax=%d" % alive_count,
+            "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes", "-o", "IdentityFile=%s" % key,
+            "-o", "UserKnownHostsFile=%s" % known_hosts, "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR", "-p", str(endpoint["port"])]
+    for port in sorted(ports):
+        argv += ["-L", "%s:%d:%s:%d" % (LOOPBACK, port, LOOPBACK, port)]
+    return argv + ["%s@%s" % (endpoint["user"], endpoint["host"])]
+
+
+def shell_argv(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(str(arg)) for arg in argv)
+
+
+def probe_targets(needs: Mapping[str, Mapping[str, Sequence[int]]], hostvars: Mapping[str, Any],
+                  host: str) -> Dict[str, Any]:
+    """For `auto`: listen on every port peers need here, on cluster_ip, and reach every port needed on each peer."""
+    reached_by = {}  # type: Dict[int, int]
+    for peer, peers in needs.items():
+        for port in peers.get(host, []) if peer != host else []:
+            reached_by[port] = reached_by.get(port, 0) + 1
+    targets = ["%s:%d" % (hostvars[peer].get("cluster_ip"), port)
+               for peer, ports in sorted(needs.get(host, {}).items()) for port in ports]
+    # Each listener stays until every peer that needs it came, so a late peer does not find it closed.
+    return {"ports": sorted(reached_by), "targets": targets, "expect_per_port": {str(port): count for port, count
+                                                                               in sorted(reached_by.items())}}
+
+
+def choose(setting: str, hosts: Sequence[str], hostvars: Mapping[str, Any],
+           probes: Optional[Mapping[str, Mapping[str, Any]]] = None) -> Dict[str, str]:
+    """The transport, and why: `direct` or `ssh` as set, or for `auto` what the direct probe found."""
+    if setting not in NETWORKS:
+        raise ValueError("cluster_network %r is not one of %s" % (setting, ", ".join(NETWORKS)))
+    if setting != "auto":
+        return {"mode": setting, "setting": setting, "reason": "cluster_network=%s" % setting}
+    if len(hosts) < 2:
+        return {"mode": "direct", "setting": setting, "reason": "auto: one node, nothing crosses nodes"}
+    missing = [host for host in hosts if not hostvars[host].get("cluster_ip")]
+    if missing:
+        return {"mode": "ssh", "setting": setting,
+                "reason": "auto: no cluster_ip for %s, so only SSH is known to reach them" % ", ".join(missing)}
+    failures = []  # type: List[str]
+    for host in hosts:
+        result = (probes or {}).get(host) or {}
+        if result.get("failed") or "unreached" not in result:
+            failures.append("%s: the probe failed (%s)" % (host, str(result.get("msg") or "no result").splitlines()[0]))
+            continue
+        for target, why in sorted((result.get("unreached") or {}).items()):
+            failures.append("%s cannot reach %s (%s)" % (host, target, why))
+    if failures:
+        more = " and %d more" % (len(failures) - 3) if len(failures) > 3 else ""
+        return {"mode": "ssh", "setting": setting,
+                "reason": "auto: %s%s; SSH port forwards carry the cluster" % ("; ".join(failures[:3]), more)}
+    return {"mode": "direct", "setting": setting,
+            "reason": "auto: every node reached every port it needs on its peers' cluster_ip"}
+
+
+def network_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> List[str]:
+    """cluster_network is one value for the whole cluster."""
+    values = {}  # type: Dict[str, List[str]]
+    for host in hosts:
+        values.setdefault(str(hostvars[host].get("cluster_network", "auto")), []).append(host)
+    problems = ["cluster_network %r (hosts %s) is not one of %s" % (value, ", ".join(owners), ", ".join(NETWORKS))
+                for value, owners in sorted(values.items()) if value not in NETWORKS]
+    if len(values) > 1:
+        problems.append("cluster_network differs between hosts (%s): it is one value for the whole cluster; set it "
+                        "in group_vars or with -e" % "; ".join("%s: %s" % (value, ", ".join(owners))
+                                                             for value, owners in sorted(values.items())))
+    return problems
+
+
+def port_owners(plan: Mapping[str, Any]) -> Dict[int, Tuple[str, int]]:
+    """port -> (host, rank) of the rank that listens on it in this plan."""
+    owners = {}  # type: Dict[int, Tuple[str, int]]
+    for host, unit in plan["units"].items():
+        for port in unit.get("listen") or []:
+            owners[int(port)] = (host, int(unit["rank"]))
+    return owners
+
+
+def drop_problems(plan: Mapping[str, Any], drops: Mapping[str, Sequence[Mapping[str, Any]]]) -> List[str]:
+    """Tunnels that dropped during a run, each with the ranks whose connections it carried."""
+    owners = port_owners(plan)
+    problems = []
+    for host in plan["hosts"]:
+        for drop in drops.get(host) or []:
+            ports = [int(port) for port in drop.get("ports") or []
+                     if int(port) in owners and owners[int(port)][0] == drop.get("peer")]
+            broken = sorted({(owners[port][1], owners[port][0]) for port in ports})
+            if not broken:
+                continue
+            rank = plan["units"][host]["rank"]
+            carried = ", ".join("rank %d (%s) -> rank %d (%s)" % (rank, host, peer_rank, peer)
+                                for peer_rank, peer in broken)
+            problems.append("the SSH tunnel %s -> %s (port %s) dropped during the run (ssh exited %s, %.1f s in): "
+                            "it carried %s"
+                            % (host, drop.get("peer"), ", ".join(str(port) for port in ports),
+                               drop.get("exit"), float(drop.get("after_s") or 0.0), carried))
+    return problems
