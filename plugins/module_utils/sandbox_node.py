@@ -201,6 +201,15 @@ class Node:
             raise SandboxError("%s exited at once (%s); see %s" % (argv[0], process.returncode, log_path))
         return process.pid
 
+    def create_router(self, address: str, prefix_len: int, bridge: str, gateway: str) -> None:
+        """A namespace that only forwards: the access gateway of the mapped topology (its nftables map ports)."""
+        os.makedirs(self.home)
+        self._network(address, prefix_len, bridge, gateway)
+        run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+        # In and out on the same bridge port: redirects would teach clients to skip the gateway.
+        run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w", "net.ipv4.conf.all.send_redirects=0"])
+        run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w", "net.ipv4.conf.eth0.send_redirects=0"])
+
     def _configure_root(self, address: str, authorized_key: str) -> None:
         root = self.root
         _write(os.path.join(root, "etc/hostname"), self.name + "\n")

@@ -57,6 +57,12 @@ options:
     elements: str
   service_log:
     description: Where the service's output goes.
+  router:
+    description:
+      - Instead of a node, a namespace that only forwards packets (the access gateway of the mapped
+        topology, whose nftables rules the sandbox role writes).
+    type: bool
+    default: false
     type: path
 author: prima-cluster maintainers (!UNKNOWN)
 """
@@ -99,6 +105,7 @@ def main():
             binds=dict(type="list", elements="dict", default=[]),
             service_argv=dict(type="list", elements="str"),
             service_log=dict(type="path"),
+            router=dict(type="bool", default=False),
         ),
         required_if=[("state", "present", ("address", "bridge", "gateway"))],
         supports_check_mode=True,
@@ -109,6 +116,9 @@ def main():
         if module.check_mode:
             module.exit_json(changed=params["state"] == "present" or node.exists(), removed=False)
         removed = node.destroy()
+        if params["state"] == "present" and params["router"]:
+            node.create_router(params["address"], params["prefix_len"], params["bridge"], params["gateway"])
+            module.exit_json(changed=True, removed=removed)
         if params["state"] == "present" and params["service_argv"]:
             pid = node.create_service(params["address"], params["prefix_len"], params["bridge"], params["gateway"],
                                       params["service_argv"], params["service_log"] or "/dev/null")

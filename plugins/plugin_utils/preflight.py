@@ -54,11 +54,13 @@ def _address_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, 
     owners = {}  # type: Dict[str, List[str]]
     for host in hosts:
         address = hostvars[host].get("cluster_ip")
+        if (address is None or str(address).strip() == "") and hostvars[host].get("cluster_network", "auto") != "direct":
+            continue  # the SSH transport needs no cluster address (auto picks ssh without one)
         if address is None or str(address).strip() == "":
             problems.append(
-                "host %s: cluster_ip is not set. Set it to the address the other ranks reach "
-                "%s on (the node's address on the cluster network, not its SSH access address)"
-                % (host, host))
+                "host %s: cluster_ip is not set, and cluster_network is direct. Set it to the address the other "
+                "ranks reach %s on (the node's address on the cluster network, not its SSH access address), or "
+                "use cluster_network auto or ssh" % (host, host))
             continue
         address = str(address).strip()
         if not _is_address(address):

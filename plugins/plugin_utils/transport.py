@@ -32,16 +32,23 @@ def rpc_port(rpc_base: int, rank: int) -> int:
     return rpc_base + rank - 1
 
 
-def listen_table(ranks: Mapping[str, Any], bases: PortBases) -> Dict[str, Dict[int, str]]:
-    """What every host may listen on, whatever the world size: port -> what it is."""
-    table = {}  # type: Dict[str, Dict[int, str]]
+def listen_uses(ranks: Mapping[str, Any], bases: PortBases) -> List[Tuple[str, int, str]]:
+    """(host, port, what) for everything a host may listen on, whatever the world size."""
+    uses = []  # type: List[Tuple[str, int, str]]
     for index, host in enumerate(rank_order(ranks)):
-        ports = {bases.data + index: "prima.cpp data port of rank %d" % index,
-                 bases.signal + index: "prima.cpp signal port of rank %d" % index,
-                 bases.fanout: "weights fan-out server"}
+        uses += [(host, bases.data + index, "prima.cpp data port of rank %d" % index),
+                 (host, bases.signal + index, "prima.cpp signal port of rank %d" % index),
+                 (host, bases.fanout, "weights fan-out server")]
         if index > 0:
-            ports[rpc_port(bases.rpc, index)] = "ggml-rpc-server of rank %d" % index
-        table[host] = ports
+            uses.append((host, rpc_port(bases.rpc, index), "ggml-rpc-server of rank %d" % index))
+    return uses
+
+
+def listen_table(ranks: Mapping[str, Any], bases: PortBases) -> Dict[str, Dict[int, str]]:
+    """What every host may listen on: port -> what it is."""
+    table = {}  # type: Dict[str, Dict[int, str]]
+    for host, port, what in listen_uses(ranks, bases):
+        table.setdefault(host, {})[port] = what
     return table
 
 
@@ -74,19 +81,17 @@ def port_problems(ranks: Mapping[str, Any], bases: PortBases, allocator: bool = 
     problems = []  # type: List[str]
     listens = listen_table(ranks, bases)
     owners = {}  # type: Dict[int, List[str]]
-    for host, ports in sorted(listens.items()):
-        for port, what in sorted(ports.items()):
-            if port != bases.fanout:
-                owners.setdefault(port, []).append("%s on %s" % (what, host))
+    for host, port, what in listen_uses(ranks, bases):
+        if port == bases.fanout and what != "weights fan-out server":
+            problems.append("port %d is both the weights fan-out server and the %s: change cluster_fanout_port"
+                            % (port, what))
+        elif port != bases.fanout:
+            owners.setdefault(port, []).append("%s on %s" % (what, host))
     for port, uses in sorted(owners.items()):
         if len(uses) > 1:
             problems.append("port %d is both the %s: give cluster_data_port_base, cluster_signal_port_base, "
-                            "cluster_rpc_port and cluster_fanout_port ranges that do not overlap" % (port, " and the ".join(uses)))
-    fanout_clash = [what for ports in listens.values() for port, what in ports.items()
-                    if port == bases.fanout and what != "weights fan-out server"]
-    if fanout_clash:
-        problems.append("port %d is both the weights fan-out server and the %s: change cluster_fanout_port"
-                        % (bases.fanout, fanout_clash[0]))
+                            "cluster_rpc_port and cluster_fanout_port ranges that do not overlap"
+                            % (port, " and the ".join(uses)))
     for host, ports in sorted(listens.items()):
         bad = sorted(port for port in ports if not 1024 <= port <= 65535)
         if bad:

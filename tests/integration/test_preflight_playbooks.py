@@ -36,8 +36,10 @@ def assert_refused_before_nodes(run, *fragments):
 
 
 @pytest.mark.parametrize("hosts, extravars, fragments", [
-    ({"a": "ansible_host: 127.0.0.2", "b": GOOD_HOSTS["b"]}, {},
-     ["host a: cluster_ip is not set"]),
+    ({"a": "ansible_host: 127.0.0.2", "b": GOOD_HOSTS["b"]}, {"cluster_network": "direct"},
+     ["host a: cluster_ip is not set, and cluster_network is direct"]),
+    (GOOD_HOSTS, {"cluster_network": "vpn"},
+     ["cluster_network 'vpn' (hosts a, b) is not one of auto, direct, ssh"]),
     ({"a": GOOD_HOSTS["a"], "b": "ansible_host: 127.0.0.3\n          cluster_ip: 10.1.0.1"}, {},
      ["hosts a, b: they share cluster_ip 10.1.0.1"]),
     ({"a": GOOD_HOSTS["a"] + "\n          rank: 1", "b": GOOD_HOSTS["b"] + "\n          rank: 1"}, {},

@@ -23,8 +23,8 @@ def entry(**changes):
 def test_the_shipped_catalogs_are_valid():
     with open(os.path.join(REPO, "inventory", "group_vars", "all", "models.yml")) as handle:
         shipped = yaml.safe_load(handle)
-    with open(os.path.join(REPO, "inventory", "sandbox.yml")) as handle:
-        sandbox = yaml.safe_load(handle)["all"]["children"]["cluster"]["vars"]
+    with open(os.path.join(REPO, "inventory", "group_vars", "sandbox.yml")) as handle:
+        sandbox = yaml.safe_load(handle)
     catalog = merged_catalog(shipped["models_catalog"], sandbox["models_extra_catalog"])
     assert sorted(catalog) == ["32b", "70b", "8b", "tiny", "tiny-split"]
     assert catalog_problems_detailed(catalog) == []

@@ -21,14 +21,21 @@ def test_good_cluster_has_no_problems():
 
 
 def test_missing_cluster_ip_names_host_and_variable():
-    hosts, hostvars = hosts_of(a={"cluster_ip": "10.0.0.1"}, b={"ansible_host": "x"})
+    hosts, hostvars = hosts_of(a={"cluster_ip": "10.0.0.1", "cluster_network": "direct"},
+                               b={"ansible_host": "x", "cluster_network": "direct"})
     [problem] = cluster_problems(hosts, hostvars)
-    assert problem.startswith("host b: cluster_ip is not set")
+    assert problem.startswith("host b: cluster_ip is not set, and cluster_network is direct")
     assert "not its SSH access address" in problem
 
 
+def test_the_ssh_transport_needs_no_cluster_ip():
+    for network in ("auto", "ssh"):
+        hosts, hostvars = hosts_of(a={"cluster_network": network}, b={"cluster_network": network})
+        assert cluster_problems(hosts, hostvars) == []
+
+
 def test_blank_and_malformed_cluster_ip():
-    hosts, hostvars = hosts_of(a={"cluster_ip": " "}, b={"cluster_ip": "10.0.0.300"})
+    hosts, hostvars = hosts_of(a={"cluster_ip": " ", "cluster_network": "direct"}, b={"cluster_ip": "10.0.0.300"})
     problems = cluster_problems(hosts, hostvars)
     assert "host a: cluster_ip is not set" in problems[0]
     assert "host b: cluster_ip '10.0.0.300' is not an IP address" in problems[1]
