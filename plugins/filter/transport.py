@@ -1,5 +1,6 @@
 """Filters of the transport role (direct or SSH port forwards between nodes); the logic is in plugin_utils/transport.py."""
 
+import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
@@ -43,7 +44,7 @@ def authorized_lines(needs_table: Mapping[str, Any], host: str, hostvars: Mappin
             continue
         try:
             lines.append(authorized_key_line(str(hostvars[peer]["transport_public_key"]), ports,
-                                             "prima-cluster@%s" % hostvars[peer]["transport_key_name"]))
+                                             "prima-cluster@%s" % re.sub(r"[^A-Za-z0-9._-]", "_", peer)))
         except ValueError as error:
             raise AnsibleFilterError("host %s: %s" % (peer, error))
     return lines

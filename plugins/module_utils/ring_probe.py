@@ -71,19 +71,28 @@ def bind_listeners(address: str, ports: Sequence[int]) -> List[socket.socket]:
 
 
 ACK = b"k"
+PING = b"p"
 CHUNK = 1 << 20
 
 
 def measure(target: Target, payload_bytes: int, timeout_s: float) -> Tuple[Optional[float], Optional[float], str]:
-    """Handshake time in ms and, with a payload, throughput in Mbit/s (decimal) to the peer's listener,
-    which reads the payload and answers one byte; or None and why not."""
+    """Round trip in ms and, with a payload, throughput in Mbit/s (decimal) to the peer's listener, which
+    answers a one-byte ping, then reads the payload and answers one byte; or None and why not. Without a
+    payload the round trip is the TCP handshake's; with one it is the ping's, which also holds through an
+    SSH forward (whose handshake ends on this node's own loopback)."""
     started = time.monotonic()
     try:
         with socket.create_connection(target, timeout=timeout_s) as sock:
             rtt_ms = (time.monotonic() - started) * 1000.0
             if not payload_bytes:
                 return rtt_ms, None, ""
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(max(timeout_s, 30.0))
+            pinged = time.monotonic()
+            sock.sendall(PING)
+            if sock.recv(1) != PING:
+                return None, None, "the peer did not answer the ping"
+            rtt_ms = (time.monotonic() - pinged) * 1000.0
             chunk, left = b"\0" * CHUNK, payload_bytes
             sending = time.monotonic()
             while left > 0:
@@ -138,6 +147,10 @@ class Acceptor(threading.Thread):
             conn.settimeout(30.0)
             received = 0
             try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if conn.recv(1) != PING:
+                    return
+                conn.sendall(PING)
                 while received < self.payload_bytes:
                     data = conn.recv(CHUNK)
                     if not data:

@@ -81,6 +81,11 @@ def transport_notes(records: Sequence[Mapping[str, Any]]) -> List[str]:
         note = "%s: %s" % (transport.get("mode"), transport.get("reason")) if transport.get("mode") else ""
         if note and note not in notes:
             notes.append(note)
+        if transport.get("mode") == "ssh" and record.get("link_bits"):
+            shaped = ("through SSH, each sweep step shaped the interface of each node's default route, which "
+                      "carries its SSH traffic to the peers")
+            if shaped not in notes:
+                notes.append(shaped)
     return notes
 
 
@@ -226,7 +231,7 @@ def network_table(rows: Sequence[Mapping[str, Any]], link: Optional[str] = None)
     (with the link each probe ran on, for a sweep)."""
     body = [([link] if link is not None else []) + [row["host"], _target(row), _fmt(row.get("rtt_ms"), 3),
                                                     _fmt(row.get("mbit_s"), 1)] for row in rows]
-    return markdown_table((["Link"] if link is not None else []) + ["From", "To", "Handshake ms", "Throughput Mbit/s"],
+    return markdown_table((["Link"] if link is not None else []) + ["From", "To", "Round trip ms", "Throughput Mbit/s"],
                           body)
 
 

@@ -124,15 +124,23 @@ def rank_links(needs: Mapping[str, Mapping[str, Sequence[int]]], bases: PortBase
             for host, peers in needs.items()}
 
 
+# The forwarder's session: a pty makes sshd set TCP_NODELAY on the connection (it does so for interactive
+# sessions only). Without it, sshd's Nagle holds each small reply until the client's delayed ACK: a
+# request/response through the tunnel took 15-19 ms on the sandbox, 0.45 ms with the pty. The session runs
+# this forced command and nothing else.
+FORCED_COMMAND = "exec sleep infinity"
+
+
 def authorized_key_line(public_key: str, ports: Iterable[int], comment: str) -> str:
-    """An authorized_keys line that lets the key open forwards to these loopback ports and nothing else."""
+    """An authorized_keys line that lets the key open forwards to these loopback ports, and a pty session that
+    can only sleep (for TCP_NODELAY, above), and nothing else."""
     key = public_key.strip().split()
     if len(key) < 2 or not re.fullmatch(r"[A-Za-z0-9@.-]+", key[0]) or not re.fullmatch(r"[A-Za-z0-9+/=]+", key[1]):
         raise ValueError("not an OpenSSH public key: %r" % public_key[:60])
     if not re.fullmatch(r"[A-Za-z0-9@._-]+", comment):
         raise ValueError("key comment %r has characters an authorized_keys line cannot carry" % comment)
     opens = ",".join('permitopen="%s:%d"' % (LOOPBACK, int(port)) for port in sorted(set(ports)))
-    return "restrict,port-forwarding,%s %s %s %s" % (opens, key[0], key[1], comment)
+    return 'restrict,pty,command="%s",port-forwarding,%s %s %s %s' % (FORCED_COMMAND, opens, key[0], key[1], comment)
 
 
 def ssh_endpoint(hostvars: Mapping[str, Any], peer: str) -> Dict[str, Any]:
@@ -161,11 +169,15 @@ def known_hosts_name(endpoint: Mapping[str, Any]) -> str:
 def forward_argv(endpoint: Mapping[str, Any], ports: Sequence[int], key: str, known_hosts: str,
                  alive_interval_s: int, alive_count: int) -> List[str]:
     """One supervised SSH connection per peer link: every port, at the same number on both loopbacks."""
-    argv = ["ssh", "-N", "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+    # -tt: a pty session (the peer runs only its forced command) so that both ends set TCP_NODELAY.
+    # AES-GCM first: with AES-NI a small message's round trip was 0.37 ms against chacha20-poly1305's 0.47 ms.
+    argv = ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+            "-o", "Ciphers=aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com",
             "-o", "ServerAliveInterval=%d" % alive_interval_s, "-o", "ServerAliveCountMax=%d" % alive_count,
             "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes", "-o", "IdentityFile=%s" % key,
             "-o", "UserKnownHostsFile=%s" % known_hosts, "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR", "-p", str(endpoint["port"])]
+            "-o", "StrictHostKeyChecking=yes", "-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "LogLevel=ERROR",
+            "-p", str(endpoint["port"])]
     for port in sorted(ports):
         argv += ["-L", "%s:%d:%s:%d" % (LOOPBACK, port, LOOPBACK, port)]
     return argv + ["%s@%s" % (endpoint["user"], endpoint["host"])]

@@ -1,5 +1,6 @@
 """Helpers for the tests that run the playbooks for real, through ansible-runner."""
 
+import contextlib
 import json
 import os
 import re
@@ -15,7 +16,12 @@ import testinfra
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
+# The suite runs on the sandbox shaped like Glows (an access gateway, nodes that cannot reach each other);
+# FLAT_INVENTORY is the same nodes on a flat network (flat_topology() switches the running sandbox).
+SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox-mapped.yml")
+FLAT_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
+ACCESS_ADDRESS = "10.77.0.3"
+SSH_PORTS = {"n0": 2210, "n1": 2211, "n2": 2212}
 ARTIFACTS = os.path.join(REPO, "artifacts")
 NODES = ["n0", "n1", "n2"]
 # A local prima.cpp mirror may hold the pinned tree under another commit (a snapshot
@@ -75,7 +81,7 @@ def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, An
         project_dir=REPO,
         playbook=playbook,
         inventory=inventory,
-        extravars=dict(PRIMA_EXTRAVARS if inventory == SANDBOX_INVENTORY else {}, **(extravars or {})),
+        extravars=dict(PRIMA_EXTRAVARS if inventory in (SANDBOX_INVENTORY, FLAT_INVENTORY) else {}, **(extravars or {})),
         limit=limit,
         cmdline=cmdline,
         envvars=dict({"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}, **(envvars or {})),
@@ -138,6 +144,19 @@ def sandbox():
         assert down.status == "successful", down.describe()
 
 
+@contextlib.contextmanager
+def flat_topology():
+    """The running sandbox's network made flat (every node reaches every other), then shaped like Glows again."""
+    flat = run_playbook("playbooks/sandbox.yml", inventory=FLAT_INVENTORY,
+                        extravars={"sandbox_state": "topology"}, label="sandbox-flat")
+    assert flat.status == "successful", flat.describe()
+    try:
+        yield
+    finally:
+        mapped = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "topology"}, label="sandbox-mapped")
+        assert mapped.status == "successful", mapped.describe()
+
+
 def write_figures(name: str, figures: Dict[str, Any]) -> None:
     os.makedirs(ARTIFACTS, exist_ok=True)
     with open(os.path.join(ARTIFACTS, name), "w") as handle:
@@ -165,7 +184,7 @@ def local_fact(host, name: str) -> Dict[str, Any]:
 # Shared by the bench.yml tests (test_bench.py, test_sweep.py).
 NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
 STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
-RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")
+RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")  # forwarders too
 PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
 
 

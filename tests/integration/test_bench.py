@@ -53,13 +53,20 @@ def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
     report = (reports / "all-1" / "report.md").read_text()
     rpc = sorted(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
     median = (rpc[0] + rpc[1]) / 2
-    assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| 3 \| .* \| %.2f ± " % median, report), report
+    # The mapped sandbox: auto found the direct path closed, and SSH forwards carried every run.
+    assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| ssh \| 3 \| .* \| %.2f ± " % median, report), report
+    assert all(run["transport"]["mode"] == "ssh" and "auto: n0 cannot reach 10.77.0.11:" in run["transport"]["reason"]
+               for run in runs)
+    assert "Transport (how the ranks reached each other; cluster_network): ssh: auto: " in report
     assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
-    # The probe before the runs: the head reaches both RPC workers, with a handshake time and a throughput.
+    # The probe before the runs: the head reaches both RPC workers through its forwards (worker rank R on
+    # 50052 + R - 1), with a handshake time and a throughput.
     network = {(row["host"], row["target"]): row for row in runs[0]["network"]}
-    for worker in ("10.77.0.11:50052", "10.77.0.12:50052"):
-        assert network[("n0", worker)]["rtt_ms"] > 0 and network[("n0", worker)]["mbit_s"] > 0
-        assert re.search(r"\| n0 \| %s \| [0-9.]+ \| [0-9.]+ \|" % re.escape(worker), report)
+    for worker, target in (("n1", "127.0.0.1:50052"), ("n2", "127.0.0.1:50053")):
+        assert network[("n0", target)]["rtt_ms"] > 0 and network[("n0", target)]["mbit_s"] > 0
+        assert network[("n0", target)]["peer"] == worker and network[("n0", target)]["via"] == "ssh"
+        assert re.search(r"\| n0 \| %s:%s via ssh \(%s\) \| [0-9.]+ \| [0-9.]+ \|"
+                         % (worker, target.split(":")[1], re.escape(target)), report)
     assert "| Results" not in result.stdout and "| Runtime | Model | Link |" in result.stdout
     assert rank_processes() == []
     assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, node, run_playbook
 
 BIN = os.path.dirname(sys.executable)
-NODE, ADDRESS = "n2", "10.77.0.12"
+NODE, ADDRESS, PORT = "n2", "10.77.0.3", 2212  # through the sandbox's access gateway, as on Glows
 PASSWORD = "glows-first-contact"
 
 
@@ -30,7 +30,7 @@ def password_node(site_runs):
 def ssh_with_key(key, command="true"):
     return subprocess.run(
         ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@" + ADDRESS, command],
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-p", str(PORT), "root@" + ADDRESS, command],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30, check=False)
 
 
@@ -50,10 +50,10 @@ def test_glows_keys_installs_the_key_with_the_vaulted_password(password_node, tm
     inventory = tmp_path / "glows.yml"
     inventory.write_text(
         "all:\n  children:\n    cluster:\n      hosts:\n        glows-test:\n"
-        "          ansible_host: %s\n          ansible_user: root\n          cluster_ip: %s\n"
+        "          ansible_host: %s\n          ansible_port: %d\n          ansible_user: root\n          cluster_ip: %s\n"
         "          ansible_python_interpreter: /usr/bin/python3\n"
         "          ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
-        " -o PubkeyAuthentication=no\n" % (ADDRESS, ADDRESS))
+        " -o PubkeyAuthentication=no\n" % (ADDRESS, PORT, "10.77.0.12"))
     run = run_playbook("playbooks/glows-keys.yml", inventory=str(inventory),
                        extravars={"glows_vault_file": str(vault), "glows_public_key": key + ".pub"},
                        cmdline="--vault-password-file %s" % vault_password_file, label="glows-keys")

@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import ARTIFACTS, REPO, SANDBOX_INVENTORY
+from conftest import ACCESS_ADDRESS, ARTIFACTS, REPO, SANDBOX_INVENTORY, SSH_PORTS
 
 NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
 
@@ -129,7 +129,7 @@ def test_stopped_sshd(ready):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("10.77.0.11", 22), timeout=1):
+                with socket.create_connection((ACCESS_ADDRESS, SSH_PORTS["n1"]), timeout=1):
                     return
             except OSError:
                 time.sleep(0.3)

@@ -111,6 +111,20 @@ def cluster(request) -> List[Node]:
     return sorted(nodes, key=lambda item: ranks[item.name])
 
 
+def cluster_transport(cluster: List[Node]) -> Dict[str, Any]:
+    """The transport the last site.yml or bench.yml picked (the transport role's local fact on every node)."""
+    found = [item.facts.get("transport") or {} for item in cluster]
+    modes = {fact.get("mode") for fact in found}
+    if len(modes) == 1 and None not in modes:
+        return found[0]
+    return {"mode": "direct", "reason": "no transport recorded on every node (site.yml predates it)"}
+
+
+@pytest.fixture(scope="session")
+def transport(cluster) -> Dict[str, Any]:
+    return cluster_transport(cluster)
+
+
 @pytest.fixture(scope="session")
 def cluster_plans(cluster):
     """The units bench.yml would run on these nodes, for the first selected model, and the catalog: the
@@ -130,7 +144,7 @@ def cluster_plans(cluster):
         "prima_cli": "llama-cli", "llama_cpp_bin": "", "data_port_base": first.var("cluster_data_port_base"),
         "signal_port_base": first.var("cluster_signal_port_base"), "rpc_port": first.var("cluster_rpc_port"),
         "layer_window": "auto", "prefetch": False, "threads": 1, "prompt": "", "n_predict": 1, "ctx_size": 1,
-        "seed": 0})
+        "seed": 0, "transport": cluster_transport(cluster)["mode"]})
     return list(launch_plans(nodes, runtimes, models, catalog, options).values()), catalog
 
 

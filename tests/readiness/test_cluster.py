@@ -4,18 +4,51 @@ bench_probe_spec, bench_agreement_problems and the ring_probe module.
 """
 
 import json
+import shlex
 import threading
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import agreement_problems, probe_spec
 
 
-def test_ranks_reach_each_other(cluster, cluster_plans):
+def forwarders(cluster, command):
+    """Through SSH the ranks reach each other only through the forwarders: start or stop them on every node."""
+    results = {}
+
+    def run(item):
+        script = (item.facts.get("transport") or {}).get("script", "")
+        argv = [script, "up", "rank", "30"] if command == "up" else [script, "down"]
+        results[item.name] = item.host.run(" ".join(shlex.quote(arg) for arg in argv))
+
+    threads = [threading.Thread(target=run, args=(item,)) for item in cluster]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return ["%s: %s" % (name, (result.stdout + result.stderr).strip()) for name, result in sorted(results.items())
+            if result.rc != 0]
+
+
+def test_ranks_reach_each_other(cluster, cluster_plans, transport):
     plans, dummy = cluster_plans
+    through_ssh = transport["mode"] == "ssh"
+    if through_ssh:
+        problems = forwarders(cluster, "up")
+        if problems:
+            forwarders(cluster, "down")
+            raise AssertionError("the SSH forwarders did not come up: " + "; ".join(problems))
+    try:
+        reach(cluster, plans)
+    finally:
+        if through_ssh:
+            forwarders(cluster, "down")
+
+
+def reach(cluster, plans):
     results = {}
 
     def probe(item):
         spec = probe_spec(plans, item.name)
-        args = json.dumps({"address": str(item.var("cluster_ip")), "ports": spec["ports"],
+        args = json.dumps({"address": spec["bind"] or str(item.var("cluster_ip")), "ports": spec["ports"],
                            "targets": spec["targets"], "expect": spec["expect"], "timeout_s": 15})
         try:
             results[item.name] = item.host.ansible("prima.cluster.ring_probe", args, check=False)

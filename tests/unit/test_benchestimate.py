@@ -115,7 +115,7 @@ def test_network_table_of_a_sweep_has_a_probe_per_step():
     for item in records:
         item["base_network"] = [{"host": "n0", "target": "10.77.0.11:50052", "rtt_ms": 0.2, "mbit_s": 9800.0}]
     lines = networks_table(records).splitlines()
-    assert lines[0] == "| Link | From | To | Handshake ms | Throughput Mbit/s |"
+    assert lines[0] == "| Link | From | To | Round trip ms | Throughput Mbit/s |"
     assert lines[2] == "| as it is | n0 | 10.77.0.11:50052 | 0.200 | 9800.0 |"
     assert "| 10mbit | n0 | 10.77.0.11:50052 | 2.500 | 9.6 |" in lines
     assert len(lines) == 2 + 1 + 2 + 1

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import ACK, ProbeError, probe
+from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import ACK, PING, ProbeError, probe
 
 
 def free_ports(count):
@@ -95,6 +95,9 @@ def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
             threading.Event().wait(0.05)
     alive_while_sending = []
     with sock:
+        sock.settimeout(5)
+        sock.sendall(PING)  # the round trip first: a one-byte ping, answered at once
+        assert sock.recv(1) == PING
         for dummy in range(8):  # 8 x 32 KiB over 0.8 s
             sock.sendall(b"\0" * (32 * 1024))
             threading.Event().wait(0.1)

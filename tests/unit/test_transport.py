@@ -48,8 +48,8 @@ def test_ports_that_would_collide_are_named():
 
 def test_authorized_key_line_restricts_the_key_to_forwards_to_those_ports():
     line = authorized_key_line(KEY, [10001, 9001, 9001], "prima-cluster@n1")
-    assert line.startswith('restrict,port-forwarding,permitopen="127.0.0.1:9001",permitopen="127.0.0.1:10001" '
-                           "ssh-ed25519 AAAA")
+    assert line.startswith('restrict,pty,command="exec sleep infinity",port-forwarding,permitopen="127.0.0.1:9001",'
+                           'permitopen="127.0.0.1:10001" ssh-ed25519 AAAA')
     assert line.endswith(" prima-cluster@n1")
     for bad_key in ("", "ssh-ed25519", 'ssh-ed25519 AAAA"x', "command=\"sh\" ssh-ed25519 AAAA\nssh-rsa B"):
         with pytest.raises(ValueError, match="not an OpenSSH public key"):
@@ -76,7 +76,7 @@ def test_ssh_endpoint_defaults_to_the_ansible_connection_and_refuses_injection()
 
 def test_forward_argv_keeps_alive_exits_on_forward_failure_and_checks_the_host_key():
     argv = forward_argv({"host": "gw", "port": 2210, "user": "root"}, [10001, 9001], "/k", "/kh", 5, 3)
-    assert argv[:2] == ["ssh", "-N"] and argv[-1] == "root@gw"
+    assert argv[:2] == ["ssh", "-tt"] and argv[-1] == "root@gw"
     for option in ("ExitOnForwardFailure=yes", "ServerAliveInterval=5", "ServerAliveCountMax=3",
                    "StrictHostKeyChecking=yes", "UserKnownHostsFile=/kh", "IdentityFile=/k", "BatchMode=yes"):
         assert option in argv

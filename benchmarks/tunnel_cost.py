@@ -1,0 +1,111 @@
+"""What the SSH transport costs: the same bench.yml through SSH forwards against direct, on one sandbox.
+
+    python3 benchmarks/tunnel_cost.py [--runs 5] [--runtime llama_rpc[,prima]] [--restore mapped|flat]
+
+Needs the sandbox up and provisioned (make sandbox-up && ansible-playbook -i inventory/sandbox-mapped.yml
+site.yml). It makes the sandbox's network flat (so that direct works), runs bench.yml on the tiny model
+with -e cluster_network=direct, then with -e cluster_network=ssh, and writes to artifacts/tunnel-cost.json
+and tunnel-cost.md: decode and prompt t/s (medians over the measured runs) and the probe's handshake time
+and throughput, through each transport, with the command that made them. Then it puts the network back
+(--restore, mapped by default).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+INVENTORIES = {"flat": "inventory/sandbox.yml", "mapped": "inventory/sandbox-mapped.yml"}
+
+
+def playbook(inventory: str, *args: str, env: Dict[str, str] = None) -> None:
+    argv = [PLAYBOOK, "-i", INVENTORIES[inventory]] + list(args)
+    run = subprocess.run(argv, cwd=REPO, env=dict(os.environ, **(env or {})), capture_output=True, text=True,
+                         check=False)
+    if run.returncode != 0:
+        sys.exit("%s failed:\n%s" % (" ".join(argv), run.stdout[-3000:]))
+
+
+def median(values: List[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def measure(network: str, runtimes: str, runs: int, reports: str) -> Dict[str, Any]:
+    started = time.monotonic()
+    playbook("flat", "bench.yml", "-e", "model=tiny", "-e", "runtime=%s" % runtimes, "-e", "runs=%d" % runs,
+             "-e", "cluster_network=%s" % network,
+             env={"PRIMA_BENCH_REPORTS_DIR": reports, "PRIMA_BENCH_RUN_ID": "tunnel-cost-" + network})
+    with open(os.path.join(reports, "results.jsonl")) as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    figures = {"bench_wall_s": round(time.monotonic() - started, 1), "runtimes": {}}
+    for runtime in sorted({record["runtime"] for record in records}):
+        mine = [record for record in records if record["runtime"] == runtime]
+        network_rows = mine[0].get("network") or []
+        figures["runtimes"][runtime] = {
+            "runs": len(mine),
+            "decode_tps": median([record["perf"]["eval_tps"] for record in mine]),
+            "prompt_tps": median([record["perf"]["prompt_tps"] for record in mine]),
+            "probe_rtt_ms": median([row["rtt_ms"] for row in network_rows if row.get("rtt_ms")]),
+            "probe_mbit_s": median([row["mbit_s"] for row in network_rows if row.get("mbit_s")]),
+            "transport": mine[0]["transport"]["mode"],
+        }
+    return figures
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    lines = ["# The SSH transport against direct, on the sandbox", "", "Made by: `%s`" % result["command"], "",
+             "| Runtime | Decode t/s direct | Decode t/s ssh | ssh/direct | Prompt t/s direct | Prompt t/s ssh | "
+             "ssh/direct | Probe handshake ms direct / ssh | Probe Mbit/s direct / ssh |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for runtime, ratio in sorted(result["ratios"].items()):
+        direct, ssh = result["direct"]["runtimes"][runtime], result["ssh"]["runtimes"][runtime]
+        lines.append("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f / %.3f | %.0f / %.0f |" % (
+            runtime, direct["decode_tps"], ssh["decode_tps"], ratio["decode"], direct["prompt_tps"],
+            ssh["prompt_tps"], ratio["prompt"], direct["probe_rtt_ms"], ssh["probe_rtt_ms"], direct["probe_mbit_s"],
+            ssh["probe_mbit_s"]))
+    lines += ["", "Goal: decode through ssh at 0.90 or more of direct. %d measured runs each, tiny model, "
+              "3 sandbox nodes on one machine (2 cores): the tunnel's cost is SSH's encryption and one more hop "
+              "through sshd on each side, on loopback-speed links." % result["runs"], ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runtime", default="llama_rpc", help="llama_rpc, or llama_rpc,prima with a prima.cpp mirror")
+    parser.add_argument("--restore", choices=sorted(INVENTORIES), default="mapped")
+    args = parser.parse_args()
+    result = {"command": "python3 benchmarks/tunnel_cost.py " + " ".join(sys.argv[1:]), "runs": args.runs}
+    playbook("flat", "playbooks/sandbox.yml", "-e", "sandbox_state=topology")
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for network in ("direct", "ssh"):
+                reports = os.path.join(scratch, network)
+                os.makedirs(reports)
+                result[network] = measure(network, args.runtime, args.runs, reports)
+    finally:
+        playbook(args.restore, "playbooks/sandbox.yml", "-e", "sandbox_state=topology")
+    result["ratios"] = {runtime: {"decode": round(result["ssh"]["runtimes"][runtime]["decode_tps"]
+                                                   / result["direct"]["runtimes"][runtime]["decode_tps"], 3),
+                                  "prompt": round(result["ssh"]["runtimes"][runtime]["prompt_tps"]
+                                                   / result["direct"]["runtimes"][runtime]["prompt_tps"], 3)}
+                        for runtime in result["direct"]["runtimes"]}
+    os.makedirs(os.path.join(REPO, "artifacts"), exist_ok=True)
+    with open(os.path.join(REPO, "artifacts", "tunnel-cost.json"), "w") as handle:
+        json.dump(result, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    text = markdown(result)
+    with open(os.path.join(REPO, "artifacts", "tunnel-cost.md"), "w") as handle:
+        handle.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
