@@ -254,21 +254,25 @@ def port_owners(plan: Mapping[str, Any]) -> Dict[int, Tuple[str, int]]:
 
 
 def drop_problems(plan: Mapping[str, Any], drops: Mapping[str, Sequence[Mapping[str, Any]]]) -> List[str]:
-    """Tunnels that dropped during a run, each with the ranks whose connections it carried."""
+    """Tunnels that dropped during a run, one line per link, each with the ranks whose connections it carried."""
     owners = port_owners(plan)
     problems = []
     for host in plan["hosts"]:
+        by_peer = {}  # type: Dict[str, List[Mapping[str, Any]]]
         for drop in drops.get(host) or []:
-            ports = [int(port) for port in drop.get("ports") or []
-                     if int(port) in owners and owners[int(port)][0] == drop.get("peer")]
+            by_peer.setdefault(str(drop.get("peer")), []).append(drop)
+        for peer, events in sorted(by_peer.items()):
+            ports = sorted({int(port) for drop in events for port in drop.get("ports") or []
+                            if int(port) in owners and owners[int(port)][0] == peer})
             broken = sorted({(owners[port][1], owners[port][0]) for port in ports})
             if not broken:
                 continue
             rank = plan["units"][host]["rank"]
-            carried = ", ".join("rank %d (%s) -> rank %d (%s)" % (rank, host, peer_rank, peer)
-                                for peer_rank, peer in broken)
-            problems.append("the SSH tunnel %s -> %s (port %s) dropped during the run (ssh exited %s, %.1f s in): "
-                            "it carried %s"
-                            % (host, drop.get("peer"), ", ".join(str(port) for port in ports),
-                               drop.get("exit"), float(drop.get("after_s") or 0.0), carried))
+            carried = ", ".join("rank %d (%s) -> rank %d (%s)" % (rank, host, peer_rank, owner)
+                                for peer_rank, owner in broken)
+            first = min(events, key=lambda drop: float(drop.get("after_s") or 0.0))
+            again = " and %d more time(s) as it was started again" % (len(events) - 1) if len(events) > 1 else ""
+            problems.append("the SSH tunnel %s -> %s (port %s) dropped during the run (ssh exited %s, %.1f s in%s): "
+                            "it carried %s" % (host, peer, ", ".join(str(port) for port in ports), first.get("exit"),
+                                               float(first.get("after_s") or 0.0), again, carried))
     return problems
