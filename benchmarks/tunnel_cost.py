@@ -92,11 +92,11 @@ def main() -> None:
                 result[network] = measure(network, args.runtime, args.runs, reports)
     finally:
         playbook(args.restore, "playbooks/sandbox.yml", "-e", "sandbox_state=topology")
-    result["ratios"] = {runtime: {"decode": round(result["ssh"]["runtimes"][runtime]["decode_tps"]
-                                                   / result["direct"]["runtimes"][runtime]["decode_tps"], 3),
-                                  "prompt": round(result["ssh"]["runtimes"][runtime]["prompt_tps"]
-                                                   / result["direct"]["runtimes"][runtime]["prompt_tps"], 3)}
-                        for runtime in result["direct"]["runtimes"]}
+    result["ratios"] = {}
+    for runtime, direct in result["direct"]["runtimes"].items():
+        ssh = result["ssh"]["runtimes"][runtime]
+        result["ratios"][runtime] = {"decode": round(ssh["decode_tps"] / direct["decode_tps"], 3),
+                                     "prompt": round(ssh["prompt_tps"] / direct["prompt_tps"], 3)}
     os.makedirs(os.path.join(REPO, "artifacts"), exist_ok=True)
     with open(os.path.join(REPO, "artifacts", "tunnel-cost.json"), "w") as handle:
         json.dump(result, handle, indent=2, sort_keys=True)

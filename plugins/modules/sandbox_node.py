@@ -57,13 +57,13 @@ options:
     elements: str
   service_log:
     description: Where the service's output goes.
+    type: path
   router:
     description:
       - Instead of a node, a namespace that only forwards packets (the access gateway of the mapped
         topology, whose nftables rules the sandbox role writes).
     type: bool
     default: false
-    type: path
 author: prima-cluster maintainers (!UNKNOWN)
 """
 

@@ -188,17 +188,19 @@ def shell_argv(argv: Sequence[str]) -> str:
 
 
 def probe_targets(needs: Mapping[str, Mapping[str, Sequence[int]]], hostvars: Mapping[str, Any],
-                  host: str) -> Dict[str, Any]:
-    """For `auto`: listen on every port peers need here, on cluster_ip, and reach every port needed on each peer."""
+                  host: str, among: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """For `auto`: listen on every port peers need here, on cluster_ip, and reach every port needed on each peer
+    (of the hosts `among`, those that probe at the same time: the play's)."""
+    among = list(needs) if among is None else list(among)
     reached_by = {}  # type: Dict[int, int]
     for peer, peers in needs.items():
-        for port in peers.get(host, []) if peer != host else []:
+        for port in peers.get(host, []) if peer != host and peer in among else []:
             reached_by[port] = reached_by.get(port, 0) + 1
     targets = ["%s:%d" % (hostvars[peer].get("cluster_ip"), port)
-               for peer, ports in sorted(needs.get(host, {}).items()) for port in ports]
+               for peer, ports in sorted(needs.get(host, {}).items()) if peer in among for port in ports]
     # Each listener stays until every peer that needs it came, so a late peer does not find it closed.
-    return {"ports": sorted(reached_by), "targets": targets, "expect_per_port": {str(port): count for port, count
-                                                                               in sorted(reached_by.items())}}
+    expect = {str(port): count for port, count in sorted(reached_by.items())}
+    return {"ports": sorted(reached_by), "targets": targets, "expect_per_port": expect}
 
 
 def choose(setting: str, hosts: Sequence[str], hostvars: Mapping[str, Any],
@@ -209,7 +211,7 @@ def choose(setting: str, hosts: Sequence[str], hostvars: Mapping[str, Any],
     if setting != "auto":
         return {"mode": setting, "setting": setting, "reason": "cluster_network=%s" % setting}
     if len(hosts) < 2:
-        return {"mode": "direct", "setting": setting, "reason": "auto: one node, nothing crosses nodes"}
+        return {"mode": "direct", "setting": setting, "reason": "auto: one node in the play, nothing crosses nodes"}
     missing = [host for host in hosts if not hostvars[host].get("cluster_ip")]
     if missing:
         return {"mode": "ssh", "setting": setting,
@@ -238,9 +240,9 @@ def network_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> List[
     problems = ["cluster_network %r (hosts %s) is not one of %s" % (value, ", ".join(owners), ", ".join(NETWORKS))
                 for value, owners in sorted(values.items()) if value not in NETWORKS]
     if len(values) > 1:
+        found = "; ".join("%s: %s" % (value, ", ".join(owners)) for value, owners in sorted(values.items()))
         problems.append("cluster_network differs between hosts (%s): it is one value for the whole cluster; set it "
-                        "in group_vars or with -e" % "; ".join("%s: %s" % (value, ", ".join(owners))
-                                                             for value, owners in sorted(values.items())))
+                        "in group_vars or with -e" % found)
     return problems
 
 

@@ -131,3 +131,11 @@ def test_a_dropped_tunnel_is_named_with_the_ranks_it_carried():
     assert drop_problems(plan, drops) == ["the SSH tunnel n0 -> n2 (port 50053) dropped during the run (ssh exited "
                                           "137, 2.5 s in and 1 more time(s) as it was started again): it carried "
                                           "rank 0 (n0) -> rank 2 (n2)"]
+
+
+def test_a_limited_play_probes_among_its_own_hosts():
+    hostvars = {host: {"cluster_ip": "10.0.0.%d" % rank} for host, rank in RANKS.items()}
+    spec = probe_targets(needed_ports(RANKS, BASES), hostvars, "n0", among=["n0", "n1"])
+    assert spec["targets"] == ["10.0.0.1:9001", "10.0.0.1:10001", "10.0.0.1:18090", "10.0.0.1:50052"]
+    assert spec["expect_per_port"] == {"9000": 1, "10000": 1, "18090": 1}
+    assert choose("auto", ["n0"], hostvars, {})["mode"] == "direct"
