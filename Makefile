@@ -7,7 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-SANDBOX := -i inventory/sandbox.yml
+# The sandbox shaped like Glows (nodes reach each other through SSH only); inventory/sandbox.yml is the flat one.
+SANDBOX_INVENTORY ?= inventory/sandbox-mapped.yml
+SANDBOX := -i $(SANDBOX_INVENTORY)
 PYTEST_ARGS ?=
 
 .PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox

@@ -63,7 +63,9 @@ def links(needs_table: Mapping[str, Any], host: str, hostvars: Mapping[str, Any]
                 endpoint = ssh_endpoint(hostvars, peer)
                 argv = forward_argv(endpoint, ports, options["key"], options["known_hosts"],
                                     int(options["alive_interval_s"]), int(options["alive_count"]))
-                result.append({"name": "%s-%s" % (kind, peer), "kind": kind, "peer": peer, "ports": ports,
+                # The name is a file name on the node: nothing of the host name but letters, digits, . _ -
+                name = "%s-%s" % (kind, re.sub(r"[^A-Za-z0-9._-]", "_", peer))
+                result.append({"name": name, "kind": kind, "peer": peer, "ports": ports,
                                "endpoint": "%s:%d" % (endpoint["host"], endpoint["port"]), "command": shell_argv(argv)})
     except ValueError as error:
         raise AnsibleFilterError(str(error))

@@ -39,7 +39,7 @@ def assert_refused_before_nodes(run, *fragments):
     ({"a": "ansible_host: 127.0.0.2", "b": GOOD_HOSTS["b"]}, {"cluster_network": "direct"},
      ["host a: cluster_ip is not set, and cluster_network is direct"]),
     (GOOD_HOSTS, {"cluster_network": "vpn"},
-     ["cluster_network 'vpn' (hosts a, b) is not one of auto, direct, ssh"]),
+     ["value of cluster_network must be one of: auto, direct, ssh, got: vpn"]),
     ({"a": GOOD_HOSTS["a"], "b": "ansible_host: 127.0.0.3\n          cluster_ip: 10.1.0.1"}, {},
      ["hosts a, b: they share cluster_ip 10.1.0.1"]),
     ({"a": GOOD_HOSTS["a"] + "\n          rank: 1", "b": GOOD_HOSTS["b"] + "\n          rank: 1"}, {},
@@ -50,7 +50,7 @@ def assert_refused_before_nodes(run, *fragments):
      ["host a, role prima:", "prima_jobs"]),
     ({"a": GOOD_HOSTS["a"] + "\n          highs_source: zip", "b": GOOD_HOSTS["b"]}, {},
      ["host a, role highs:", "highs_source", "git, sdist"]),
-], ids=["missing-cluster-ip", "duplicate-cluster-ip", "duplicate-rank", "world-too-large",
+], ids=["missing-cluster-ip", "bad-cluster-network", "duplicate-cluster-ip", "duplicate-rank", "world-too-large",
         "mistyped-role-input", "bad-choice"])
 def test_site_refuses_bad_inventory(tmp_path, hosts, extravars, fragments):
     run = run_playbook("site.yml", inventory=inventory(tmp_path, hosts), extravars=extravars,
