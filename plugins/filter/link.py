@@ -5,7 +5,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_links,
-                                                                              shaping_result, step_commands)
+                                                                              route_source, shaping_result,
+                                                                              step_commands)
 
 
 def link_steps(value: Any) -> List[Dict[str, Any]]:
@@ -41,6 +42,7 @@ def link_shaping_result(results: Sequence[Mapping[str, Any]], rate_only: Sequenc
 class FilterModule:
     def filters(self):
         return {
+            "link_route_source": route_source,
             "link_steps": link_steps,
             "link_steps_problems": link_steps_problems,
             "link_interface_with": link_interface_with,

@@ -133,3 +133,9 @@ def shaping_result(results: Sequence[Mapping[str, Any]], rate_only: Sequence[Map
     else:
         outcome["error"] = refusal or "tc failed"
     return outcome
+
+
+def route_source(ip_route_get: str) -> str:
+    """The source address in `ip -o route get ADDRESS` output ("... dev eth0 src 10.77.0.10 uid 0"), or ""."""
+    words = ip_route_get.split()
+    return words[words.index("src") + 1] if "src" in words[:-1] else ""

@@ -49,7 +49,9 @@ def reach(cluster, plans):
     def probe(item):
         spec = probe_spec(plans, item.name)
         args = json.dumps({"address": spec["bind"] or str(item.var("cluster_ip")), "ports": spec["ports"],
-                           "targets": spec["targets"], "expect": spec["expect"], "timeout_s": 15})
+                           "targets": spec["targets"], "expect": spec["expect"], "timeout_s": 15,
+                           # A ping and a payload: through an SSH forward a bare connect ends on this node.
+                           "payload_bytes": 1048576})
         try:
             results[item.name] = item.host.ansible("prima.cluster.ring_probe", args, check=False)
         except Exception as error:  # an unreachable node: say so, keep probing the others

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_delay,
+from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_delay, route_source,
                                                                               parse_links, parse_rate,
                                                                               shaping_commands, shaping_result,
                                                                               step_commands, tbf_burst_bytes,
@@ -86,3 +86,8 @@ def test_what_a_step_achieved():
 def test_step_commands():
     assert step_commands("eth0", {"bits": 10 ** 8, "delay_ms": 2.0}, True)[0][6:10] == ["handle", "1:", "netem", "delay"]
     assert step_commands("eth0", {"bits": 10 ** 8, "delay_ms": 2.0}, False)[0][6:9] == ["tbf", "rate", "100mbit"]
+
+
+def test_route_source_is_the_address_after_src():
+    assert route_source("192.0.2.1 via 10.77.0.1 dev eth0 src 10.77.0.10 uid 0 \\    cache ") == "10.77.0.10"
+    assert route_source("unreachable") == "" and route_source("x src") == ""
