@@ -32,8 +32,8 @@ def link_gbit(row: Mapping[str, Any]) -> Optional[float]:
 
 
 def round_trip_ms(row: Mapping[str, Any]) -> float:
-    """The probe's median handshake on the link as it is (on a shaped link it queues behind the other
-    ranks' payloads), plus twice the delay a step added where netem applied it (each way)."""
+    """The probe's median round trip (a one-byte ping) on the link as it is (on a shaped link it queues behind
+    the other ranks' payloads), plus twice the delay a step added where netem applied it (each way)."""
     base = _median([item.get("rtt_ms") for item in row.get("base_network") or row.get("network") or []]) or 0.0
     shaping = row.get("link_shaping") or {}
     return base + (2 * float(row.get("link_delay_ms") or 0.0) if shaping.get("delay_applied") else 0.0)
