@@ -80,7 +80,7 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     run = bench(reports, "sweep-int", "bench-sweep-interrupted", background=True, runtime="llama_rpc", runs=1,
-                links="50mbit", link_guard_quiet_s=5, transport_guard_quiet_s=5, launch_n_predict=100000, launch_ctx_size=2048,
+                links="50mbit", link_guard_quiet_s=5, transport_guard_quiet_s=30, launch_n_predict=100000, launch_ctx_size=2048,
                 launch_timeout_s=30)
     head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
     wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
@@ -93,8 +93,9 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     # The guard on each node: once no rank runs (the head ends by its 30 s timeout) and nothing has
     # changed for 5 s, the shaping goes.
     wait_for(lambda: shaping() == {node: [] for node in NODES}, 90, "the guards to remove the shaping")
-    # The SSH forwarders too: no rank and nothing changed for 5 s, and they stop.
-    wait_for(lambda: rank_processes() == [], 30, "the ranks and the SSH forwarders to end")
+    # The SSH forwarders too: no rank and nothing changed for 30 s (5 s would cut bench.yml's own quiet
+    # moments before the first run), and they stop.
+    wait_for(lambda: rank_processes() == [], 90, "the ranks and the SSH forwarders to end")
     for node in NODES:
         assert not os.path.exists(os.path.join(NODE_ROOT % node, "var/lib/prima-bench/link.shaped"))
     # An interrupted bench.yml leaves its lock, and the next one says how to clear it.
