@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (PortBases, authorized_key_line, choose,
-                                                                              fanout_forward, forward_argv,
+                                                                              forward_argv,
                                                                               known_hosts_name, needed_ports,
                                                                               network_problems, port_problems,
                                                                               probe_targets, rank_links, shell_argv,
@@ -93,5 +93,4 @@ class FilterModule:
             "transport_authorized_lines": authorized_lines,
             "transport_links": links,
             "transport_known_hosts": known_hosts,
-            "transport_fanout_forward": fanout_forward,
         }

@@ -113,11 +113,6 @@ def port_problems(ranks: Mapping[str, Any], bases: PortBases, allocator: bool = 
     return problems
 
 
-def fanout_forward(needs: Mapping[str, Mapping[str, Sequence[int]]], host: str, source: str) -> Dict[str, List[int]]:
-    """During the fan-out a node forwards the fan-out port to the source only (every node has its own on each peer)."""
-    return {peer: list(ports) for peer, ports in needs.get(host, {}).items() if peer == source}
-
-
 def rank_links(needs: Mapping[str, Mapping[str, Sequence[int]]], bases: PortBases) -> Dict[str, Dict[str, List[int]]]:
     """The forwards the ranks and the probe use: every needed port but the fan-out's."""
     return {host: {peer: [port for port in ports if port != bases.fanout] for peer, ports in peers.items()}
