@@ -3,9 +3,9 @@
 from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (catalog_problems,
                                                                             catalog_problems_detailed,
                                                                             digest_conflicts, disk_problem,
-                                                                            fact_entries, lock_updates,
+                                                                            fact_entries, hub_query, lock_updates,
                                                                             merged_catalog, models_files,
-                                                                            models_selection)
+                                                                            models_selection, with_hub_metadata)
 
 
 class FilterModule:
@@ -17,6 +17,8 @@ class FilterModule:
             "models_files": models_files,
             "models_catalog_problems": catalog_problems_detailed,
             "models_lock_updates": lock_updates,
+            "models_hub_query": hub_query,
+            "models_with_hub_metadata": with_hub_metadata,
             "models_digest_conflicts": digest_conflicts,
             "models_fact_entries": fact_entries,
             "models_disk_problem": disk_problem,

@@ -1,23 +1,33 @@
 """Resumable, verified downloads of large files (model weights). Runs on the nodes: Python 3.8.
 
-A file only ever appears under its final name after its sha256 was checked. Until then
-it lives in `<dest>.partial`, which a later run resumes with an HTTP Range request. A
-verified file gets a stamp `<dest>.verified` (size, mtime, ctime, inode, digest), so a
-re-run does not hash 40 GB again while nothing has touched the file.
+A file only ever appears under its final name after its size and sha256 were checked.
+Until then it lives in `<dest>.partial`, which a later run resumes with an HTTP Range
+request carrying If-Range (the ETag of the response the bytes came from, kept in
+`<dest>.partial.json` with the URL, digest and size they belong to), so bytes of a file
+that changed upstream are never spliced together. One downloader at a time holds an
+flock on `<dest>.partial.lock`. A verified file gets a stamp `<dest>.verified` (size,
+mtime, ctime, inode, digest), so a re-run does not hash 40 GB again while nothing has
+touched the file.
 """
 
+import fcntl
 import hashlib
+import http.client
 import json
 import os
+import re
 import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from urllib.parse import urljoin, urlsplit
 
 CHUNK = 4 << 20
 PARTIAL_SUFFIX = ".partial"
 STAMP_SUFFIX = ".verified"
+META_SUFFIX = ".json"  # beside the partial file: <dest>.partial.json
+LOCK_SUFFIX = ".partial.lock"
 
 
 class DownloadError(Exception):
@@ -98,49 +108,185 @@ class Progress:
             os.replace(temporary, self.path)
 
 
-def _total_from_content_range(value: Optional[str]) -> Optional[int]:
-    if value and "/" in value and not value.endswith("/*"):
-        return int(value.rsplit("/", 1)[1])
-    return None
+class PartialLock:
+    """An exclusive flock next to the `.partial`: one downloader per destination.
+
+    A second downloader (a re-run while a killed controller's async download still runs)
+    waits for the first and then finds its verified file; a holder that died releases the
+    lock with its last file descriptor, and the next one takes over the partial file.
+    """
+
+    def __init__(self, dest: str, progress: "Progress", poll: float = 1.0):
+        self.path, self.progress, self.poll = dest + LOCK_SUFFIX, progress, poll
+        self.handle = None  # type: Optional[Any]
+
+    def __enter__(self) -> "PartialLock":
+        self.handle = open(self.path, "a+")
+        while True:
+            try:
+                fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                self.progress.update("waiting for another download of this file", self.progress.bytes,
+                                     self.progress.total)
+                time.sleep(self.poll)
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write("%d\n" % os.getpid())
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.handle is not None:
+            self.handle.close()
 
 
-def fetch_to_partial(url: str, partial: str, headers: Dict[str, str], timeout: float,
-                     progress: Progress) -> Dict[str, object]:
+class HubRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects (the hub sends LFS files to a CDN host) without leaking the token.
+
+    The token goes to the hub's own scheme and host only; a redirect from https to http is refused.
+    """
+
+    def __init__(self, origin: str, token: Optional[str]):
+        super().__init__()
+        self.origin, self.token = urlsplit(origin), token
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
+        target = urlsplit(urljoin(req.full_url, newurl))
+        if urlsplit(req.full_url).scheme == "https" and target.scheme != "https":
+            raise DownloadError("%s redirects to %s, from https down to %s: refused" % (req.full_url, newurl,
+                                                                                     target.scheme))
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and self.token and (target.scheme, target.netloc) == (self.origin.scheme,
+                                                                                 self.origin.netloc):
+            new.add_unredirected_header("Authorization", "Bearer %s" % self.token)
+        return new
+
+
+def opener_for(url: str, token: Optional[str]) -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(HubRedirectHandler(url, token))
+
+
+CONTENT_RANGE = re.compile(r"^bytes (\d{1,19})-(\d{1,19})/(\d{1,19}|\*)$")
+DIGITS = re.compile(r"^\d{1,19}$")
+
+
+def parse_content_range(url: str, value: Optional[str]) -> Tuple[int, int, Optional[int]]:
+    """(first, last, total) of a 206's Content-Range; DownloadError naming the URL when malformed."""
+    match = CONTENT_RANGE.match((value or "").strip())
+    if not match or int(match.group(2)) < int(match.group(1)):
+        raise DownloadError("%s answered 206 with Content-Range %r, which is not 'bytes FIRST-LAST/TOTAL'"
+                            % (url, value))
+    total = None if match.group(3) == "*" else int(match.group(3))
+    return int(match.group(1)), int(match.group(2)), total
+
+
+def parse_content_length(url: str, value: Optional[str]) -> Optional[int]:
+    if value is None:
+        return None
+    if not DIGITS.match(value.strip()):
+        raise DownloadError("%s answered Content-Length %r, which is not a size in bytes" % (url, value))
+    return int(value.strip())
+
+
+def _strong_validator(headers: Any) -> Optional[str]:
+    """What If-Range may carry: a strong ETag, else Last-Modified."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
+def read_partial_meta(partial: str) -> Dict[str, Any]:
+    try:
+        with open(partial + META_SUFFIX) as handle:
+            meta = json.load(handle)
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_partial_meta(partial: str, meta: Mapping[str, Any]) -> None:
+    temporary = partial + META_SUFFIX + ".tmp"
+    with open(temporary, "w") as handle:
+        json.dump(dict(meta), handle, sort_keys=True)
+    os.replace(temporary, partial + META_SUFFIX)
+
+
+def discard(*paths: str) -> None:
+    for path in paths:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress, token: Optional[str] = None,
+                     expected_size: Optional[int] = None, meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """One attempt: continue `partial` from its current size. Returns what was learned.
 
+    `meta` is what the partial file is a part of ({url, sha256, size}) and the validator
+    (ETag) of the response it came from; it is kept beside the partial file for the next attempt.
     Raises DownloadError for answers retrying cannot change, OSError/URLError for the rest.
     """
+    meta = dict(meta or {})
+    validator = meta.get("validator")
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
-    request = urllib.request.Request(url, headers=dict(headers))
+    if expected_size is not None and offset > expected_size:
+        discard(partial)
+        offset = 0
+    if expected_size is not None and offset == expected_size and offset:
+        return {"resumed_from": offset, "received": 0, "total": expected_size}
+    request = urllib.request.Request(url, headers={"User-Agent": "prima-cluster/1"})
+    if token:
+        request.add_unredirected_header("Authorization", "Bearer %s" % token)
     if offset:
         request.add_header("Range", "bytes=%d-" % offset)
+        if validator:
+            # Bytes of a file that changed upstream are never spliced onto the old ones: with a
+            # changed validator the server answers 200 and the download starts over.
+            request.add_header("If-Range", validator)
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        response = opener_for(url, token).open(request, timeout=timeout)
     except urllib.error.HTTPError as error:
         if error.code == 416 and offset:
-            total = _total_from_content_range(error.headers.get("Content-Range"))
-            if total == offset:
-                return {"resumed_from": offset, "received": 0, "total": total}
-            os.remove(partial)  # longer than the file the server has: start over
-            raise OSError("partial file is longer than %s; starting over" % url)
+            discard(partial)  # the server has no bytes past the partial file: start over
+            raise OSError("%s has nothing past byte %d of the partial file; starting over" % (url, offset))
         if error.code in (401, 403):
             raise DownloadError("%s answered %d %s: the hub token (vault) is missing or has no access to this "
                                 "repository" % (url, error.code, error.reason))
         if error.code == 404:
-            raise DownloadError("%s answered 404: check the repository, revision and file name in the "
-                                "model catalog" % url)
+            raise DownloadError("%s answered 404: check the repository, revision and file name in the model "
+                                "catalog" % url)
         if 400 <= error.code < 500:
             raise DownloadError("%s answered %d %s" % (url, error.code, error.reason))
         raise
     with response:
         status = response.getcode()
-        if offset and status == 200:
-            offset = 0  # the server ignored the Range: take the whole body
-        length = response.headers.get("Content-Length")
-        total = _total_from_content_range(response.headers.get("Content-Range"))
+        length = parse_content_length(url, response.headers.get("Content-Length"))
+        total = None  # type: Optional[int]
+        if status == 206 and offset:
+            first, last, total = parse_content_range(url, response.headers.get("Content-Range"))
+            if first != offset:
+                discard(partial)
+                raise DownloadError("%s answered bytes from %d to a request for bytes from %d; the partial file was "
+                                    "removed, the next run starts over" % (url, first, offset))
+            if length is not None and length != last - first + 1:
+                raise DownloadError("%s answered Content-Length %d for Content-Range %d-%d"
+                                    % (url, length, first, last))
+        elif status == 200:
+            offset = 0  # the server ignored the Range, or the file changed (If-Range): take the whole body
+            total = length
+        else:
+            raise DownloadError("%s answered %d to a download" % (url, status))
         if total is None and length is not None:
-            total = offset + int(length)
+            total = offset + length
+        if expected_size is not None and total is not None and total != expected_size:
+            discard(partial)
+            raise DownloadError("%s says the file has %d bytes, %d expected; nothing was installed"
+                                % (url, total, expected_size))
+        meta["validator"] = _strong_validator(response.headers)
+        write_partial_meta(partial, meta)
         received = 0
+        limit = expected_size if expected_size is not None else total
         with open(partial, "r+b" if offset else "wb") as handle:
             handle.seek(offset)
             handle.truncate()
@@ -148,82 +294,112 @@ def fetch_to_partial(url: str, partial: str, headers: Dict[str, str], timeout: f
                 chunk = response.read(CHUNK)
                 if not chunk:
                     break
+                if limit is not None and offset + received + len(chunk) > limit:
+                    handle.close()
+                    discard(partial)
+                    raise DownloadError("%s sent more than the %d bytes expected; the download was removed"
+                                        % (url, limit))
                 handle.write(chunk)
                 received += len(chunk)
                 progress.update("downloading", offset + received, total)
             handle.flush()
             os.fsync(handle.fileno())
-        if total is not None and offset + received != total:
-            raise OSError("connection closed after %d of %d bytes" % (offset + received, total))
+        if limit is not None and offset + received != limit:
+            raise OSError("connection closed after %d of %d bytes" % (offset + received, limit))
         return {"resumed_from": offset, "received": received, "total": total}
 
 
 def verify_only(dest: str, expected_sha256: Optional[str]) -> Dict[str, object]:
-    """Whether `dest` is already a verified copy, changing nothing (check mode, planning)."""
+    """Whether `dest` is already a verified copy, changing nothing (check mode, planning).
+
+    Without an expected digest nothing is verified: the hub is asked first.
+    """
     expected = expected_sha256.lower() if expected_sha256 else None
+    if expected is None:
+        return {"changed": False, "verified": False, "sha256": None, "verified_by": None}
     stamped = stamp_still_valid(dest, expected)
     if stamped:
         return {"changed": False, "verified": True, "sha256": stamped, "verified_by": "stamp"}
-    if os.path.exists(dest):
-        digest = sha256_of(dest)
-        if expected is None or digest == expected:
-            return {"changed": False, "verified": True, "sha256": digest, "verified_by": "hash"}
+    if os.path.exists(dest) and sha256_of(dest) == expected:
+        return {"changed": False, "verified": True, "sha256": expected, "verified_by": "hash"}
     return {"changed": False, "verified": False, "sha256": None, "verified_by": None}
 
 
 def download_verified(url: str, dest: str, expected_sha256: Optional[str] = None, token: Optional[str] = None,
                       retries: int = 5, timeout: float = 60.0, progress_path: Optional[str] = None,
-                      retry_delay: float = 2.0) -> Dict[str, object]:
+                      retry_delay: float = 2.0, expected_size: Optional[int] = None,
+                      digest_source: str = "") -> Dict[str, object]:
     """Make `dest` a verified copy of `url`; see the module docstring. Returns a summary."""
     expected = expected_sha256.lower() if expected_sha256 else None
+    expected_size = expected_size or None
     name = os.path.basename(dest)
     progress = Progress(progress_path, name)
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    with PartialLock(dest, progress):
+        return _download_locked(url, dest, expected, expected_size, token, retries, timeout, progress, retry_delay,
+                                digest_source)
+
+
+def _download_locked(url: str, dest: str, expected: Optional[str], expected_size: Optional[int],
+                     token: Optional[str], retries: int, timeout: float, progress: Progress, retry_delay: float,
+                     digest_source: str) -> Dict[str, object]:
+    name = os.path.basename(dest)
     stamped = stamp_still_valid(dest, expected)
-    if stamped:
+    if stamped and (expected_size is None or os.path.getsize(dest) == expected_size):
         progress.update("done", os.path.getsize(dest), os.path.getsize(dest), force=True)
         return {"changed": False, "sha256": stamped, "size": os.path.getsize(dest), "verified_by": "stamp",
                 "downloaded_bytes": 0, "resumed_from": None, "replaced_corrupt": False}
     replaced_corrupt = False
     if os.path.exists(dest):
         size = os.path.getsize(dest)
-        digest = sha256_of(dest, lambda n: progress.update("hashing", progress.bytes + n, size))
-        if expected is None or digest == expected:
-            write_stamp(dest, digest)
-            progress.update("done", size, size, force=True)
-            return {"changed": True, "sha256": digest, "size": size, "verified_by": "hash",
-                    "downloaded_bytes": 0, "resumed_from": None, "replaced_corrupt": False}
+        if expected_size is None or size == expected_size:
+            digest = sha256_of(dest, lambda n: progress.update("hashing", progress.bytes + n, size))
+            if expected is None or digest == expected:
+                write_stamp(dest, digest)
+                progress.update("done", size, size, force=True)
+                return {"changed": True, "sha256": digest, "size": size, "verified_by": "hash",
+                        "downloaded_bytes": 0, "resumed_from": None, "replaced_corrupt": False}
         os.remove(dest)
         replaced_corrupt = True
-    if os.path.exists(dest + STAMP_SUFFIX):
-        os.remove(dest + STAMP_SUFFIX)
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    discard(dest + STAMP_SUFFIX)
     partial = dest + PARTIAL_SUFFIX
-    headers = {"User-Agent": "prima-cluster/1"}
-    if token:
-        headers["Authorization"] = "Bearer %s" % token
+    wanted = {"url": url, "sha256": expected, "size": expected_size}
+    meta = read_partial_meta(partial)
+    if os.path.exists(partial) and {key: meta.get(key) for key in wanted} != wanted:
+        discard(partial)  # a partial file of other bytes (another commit, another digest): never resumed
+        meta = {}
+    write_partial_meta(partial, dict(wanted, validator=meta.get("validator")))
     downloaded, first_offset = 0, None
     for attempt in range(retries + 1):
         try:
-            result = fetch_to_partial(url, partial, headers, timeout, progress)
+            result = fetch_to_partial(url, partial, timeout, progress, token, expected_size,
+                                      dict(wanted, validator=read_partial_meta(partial).get("validator")))
             downloaded += int(result["received"])
             if first_offset is None:
                 first_offset = result["resumed_from"]
             break
         except DownloadError:
             raise
-        except (OSError, urllib.error.URLError, socket.timeout) as error:
+        except (OSError, urllib.error.URLError, socket.timeout, http.client.HTTPException) as error:
             if attempt == retries:
                 raise DownloadError("%s: gave up after %d attempts; last error: %s. The partial file %s is kept "
                                     "and the next run resumes it" % (url, retries + 1, error, partial))
             time.sleep(retry_delay * (attempt + 1))
     size = os.path.getsize(partial)
+    if expected_size is not None and size != expected_size:
+        discard(partial, partial + META_SUFFIX)
+        raise DownloadError("%s: the download of %s has %d bytes, %d expected; it was removed and nothing was "
+                            "installed under %s" % (url, name, size, expected_size, dest))
     progress.update("verifying", 0, size, force=True)
     digest = sha256_of(partial, lambda n: progress.update("verifying", progress.bytes + n, size))
     if expected and digest != expected:
-        os.remove(partial)
-        raise DownloadError("%s: sha256 of the downloaded %s is %s, expected %s; the download was removed and "
-                            "nothing was installed under %s" % (url, name, digest, expected, dest))
+        discard(partial, partial + META_SUFFIX)
+        raise DownloadError("%s: sha256 of the downloaded %s is %s, expected %s%s; the download was removed and "
+                            "nothing was installed under %s" % (url, name, digest, expected,
+                                                               " (from the %s)" % digest_source if digest_source else "",
+                                                               dest))
     os.replace(partial, dest)
+    discard(partial + META_SUFFIX)
     write_stamp(dest, digest)
     progress.update("done", size, size, force=True)
     return {"changed": True, "sha256": digest, "size": size, "verified_by": "download",

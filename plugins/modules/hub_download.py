@@ -6,9 +6,10 @@ DOCUMENTATION = r"""
 module: hub_download
 short_description: Download a large file resumably; install it under its name only after its sha256 is checked
 description:
-  - Downloads into C(dest).partial, resuming with an HTTP Range request where an earlier
-    run stopped, retrying on network errors, and moves the file to C(dest) only after its
-    sha256 matches C(sha256) (or, with no C(sha256), after a complete download).
+  - Downloads into C(dest).partial, resuming with an HTTP Range and If-Range request where an
+    earlier run stopped, retrying on network errors, and moves the file to C(dest) only after
+    its size matches C(size) and its sha256 matches C(sha256) (or, with no C(sha256), after a
+    complete download). One download per C(dest) at a time (an flock on C(dest).partial.lock).
   - A verified file gets a stamp (size, mtime, ctime, inode, digest); a re-run trusts an
     unchanged stamp instead of hashing the file again. A changed file is hashed; one that
     does not match is removed and downloaded again.
@@ -25,8 +26,17 @@ options:
     description: Expected digest; empty to accept and report the digest of a complete download.
     type: str
     default: ""
+  size:
+    description: Expected size in bytes; a download of any other size is never installed. 0 when unknown.
+    type: int
+    default: 0
+  digest_source:
+    description: Where C(sha256) comes from (catalog, lock, hub, source node), named in errors.
+    type: str
+    default: ""
   token:
-    description: Bearer token (Hugging Face hub token).
+    description: Bearer token (Hugging Face hub token); sent to the hub's own host only, never across a redirect
+      to another host, and a redirect from https to http is refused.
     type: str
     default: ""
   retries:
@@ -93,6 +103,8 @@ def main():
             url=dict(type="str", required=True),
             dest=dict(type="path", required=True),
             sha256=dict(type="str", default=""),
+            size=dict(type="int", default=0),
+            digest_source=dict(type="str", default=""),
             token=dict(type="str", default="", no_log=True),
             retries=dict(type="int", default=5),
             timeout=dict(type="int", default=60),
@@ -111,7 +123,8 @@ def main():
     try:
         result = download_verified(params["url"], params["dest"], params["sha256"] or None,
                                    token=params["token"] or None, retries=params["retries"],
-                                   timeout=params["timeout"], progress_path=params["progress_file"])
+                                   timeout=params["timeout"], progress_path=params["progress_file"],
+                                   expected_size=params["size"] or None, digest_source=params["digest_source"])
     except DownloadError as error:
         module.fail_json(msg=str(error), dest=params["dest"])
     module.exit_json(dest=params["dest"], **result)

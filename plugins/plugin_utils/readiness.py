@@ -22,9 +22,10 @@ def compiler_command(recorded: str) -> str:
 
 
 def expected_weights(files: Sequence[Mapping[str, Any]], models_dir: str) -> List[Dict[str, Any]]:
-    """Where each selected weights file must be, its size (when the catalog says) and digest."""
+    """Where each selected weights file must be, its size (lock file, else catalog) and digest."""
     return [{"name": record["name"], "path": "%s/%s" % (models_dir.rstrip("/"), record["name"]),
-             "size": int(record.get("size") or 0), "sha256": record.get("sha256") or ""} for record in files]
+             "size": int(record.get("expected_size") or record.get("size") or 0), "sha256": record.get("sha256") or ""}
+            for record in files]
 
 
 def glance(results: Mapping[Tuple[str, str], Tuple[str, str]], nodes: Sequence[str]) -> str:

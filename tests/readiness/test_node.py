@@ -131,7 +131,8 @@ def test_weights(host, node):
             problems.append("%s is missing" % record["path"])
             continue
         if record["size"] and weights.size != record["size"]:
-            problems.append("%s has %d bytes, the catalog says %d" % (record["path"], weights.size, record["size"]))
+            problems.append("%s has %d bytes, %d expected (lock file, else catalog)"
+                            % (record["path"], weights.size, record["size"]))
         # The same check site.yml makes: the verified stamp, or the file's sha256 when it changed since.
         result = host.ansible("prima.cluster.hub_download", "url=none dest=%s sha256=%s verify_only=true"
                               % (record["path"], record["sha256"]), check=False)

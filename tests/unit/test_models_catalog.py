@@ -77,7 +77,8 @@ def test_lock_records_first_digests_only():
     catalog = {"m": entry(files=[{"name": "a.gguf", "size": 1, "sha256": SHA_A}, {"name": "c.gguf", "size": 1}])}
     records = models_files(["m"], catalog, {}, "http://hub")
     lock = lock_updates({"other@main/x.gguf": "e" * 64}, records, {"a.gguf": SHA_A, "c.gguf": "c" * 64})
-    assert lock == {"other@main/x.gguf": "e" * 64, "org/repo@main/c.gguf": "c" * 64}
+    assert lock == {"other@main/x.gguf": "e" * 64,
+                    "org/repo@main/c.gguf": {"sha256": "c" * 64, "commit": None, "size": 1}}
     records = models_files(["m"], catalog, lock, "http://hub")
     assert lock_updates(lock, records, {"c.gguf": "d" * 64}) == lock
 
