@@ -218,13 +218,14 @@ def catalog_problems_detailed(catalog: Mapping[str, Any], extra: Optional[Mappin
             continue
         repo = entry.get("hub_repo")
         if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
-            problems.append("%s.hub_repo '%s' is not an 'owner/name' hub repository" % (where, repo))
+            problems.append("%s.hub_repo %s is not an 'owner/name' hub repository" % (where, shown(repo)))
         revision = revision_problem(entry.get("revision", "main"))
         if revision:
             problems.append("%s.%s" % (where, revision))
         layers = entry.get("n_layer")
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            problems.append("%s.n_layer '%s' must be the model's layer count (a whole number >= 1)" % (where, layers))
+            problems.append("%s.n_layer %s must be the model's layer count (a whole number >= 1)"
+                            % (where, shown(layers)))
         files = entry.get("files")
         if not isinstance(files, list) or not files:
             problems.append("%s.files must list the GGUF file(s) as {name, size, sha256}" % where)
@@ -248,12 +249,12 @@ def _file_problems(where: str, files: List[Any]) -> List[str]:
         names.append(spec["name"])
         size = spec.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            problems.append("%s (%s): size '%s' must be the file's size in bytes (the disk check uses it)"
-                            % (label, spec["name"], size))
+            problems.append("%s (%s): size %s must be the file's size in bytes (the disk check uses it)"
+                            % (label, spec["name"], shown(size)))
         digest = spec.get("sha256")
         if digest not in (None, "") and not (isinstance(digest, str) and SHA256.fullmatch(digest.lower())):
-            problems.append("%s (%s): sha256 '%s' is not 64 hex digits; leave it empty to pin the first download "
-                            "in the lock file" % (label, spec["name"], digest))
+            problems.append("%s (%s): sha256 %s is not 64 hex digits; leave it empty to pin the first download "
+                            "in the lock file" % (label, spec["name"], shown(digest)))
     parts = [SPLIT_NAME.match(name) for name in names]
     if any(parts):
         if not all(parts):

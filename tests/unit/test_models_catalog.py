@@ -48,6 +48,52 @@ def test_catalog_problems_name_the_entry_and_the_fix(changes, fragment):
     assert len(problems) == 1 and fragment in problems[0], problems
 
 
+@pytest.mark.parametrize("changes, fragment", [
+    # Issue 12: an empty revision got past the preflight, and so did file names with ../ .
+    ({"revision": ""}, "models_catalog['m'].revision is empty; set it to a branch, tag or commit"),
+    ({"revision": "  "}, "models_catalog['m'].revision is empty"),
+    ({"revision": None}, "models_catalog['m'].revision is empty"),
+    ({"revision": "a b"}, "models_catalog['m'].revision 'a b' is not a branch, tag or commit name"),
+    ({"revision": "../main"}, "models_catalog['m'].revision '../main' is not a branch, tag or commit name"),
+    ({"revision": "main\n"}, "models_catalog['m'].revision 'main\\n' is not a branch"),
+    ({"revision": 1234567}, "models_catalog['m'].revision '1234567' is not a string; set it to a branch, tag or "
+                            "commit of the hub repository, quoted (revision: '1234567')"),
+    ({"files": [{"name": "../x.gguf", "size": 1}]},
+     "models_catalog['m'].files[0] name '../x.gguf' is not a plain file name"),
+    ({"files": [{"name": "sub/x.gguf", "size": 1}]}, "files[0] name 'sub/x.gguf' is not a plain file name"),
+    ({"files": [{"name": "a b.gguf", "size": 1}]}, "files[0] name 'a b.gguf' is not a plain file name"),
+    ({"files": [{"name": "x\n.gguf", "size": 1}]}, "files[0] name 'x\\n.gguf' is not a plain file name"),
+    ({"files": [{"name": "..gguf", "size": 1}]}, "files[0] name '..gguf' is not a plain file name"),
+    ({"files": [{"name": "m.gguf", "size": 1, "sha256": SHA_A + "\n"}]}, "is not 64 hex digits"),
+])
+def test_names_that_reach_paths_and_urls_are_checked(changes, fragment):
+    problems = catalog_problems_detailed({"m": entry(**changes)})
+    assert len(problems) == 1 and fragment in problems[0], problems
+    assert "\n" not in problems[0]
+
+
+@pytest.mark.parametrize("key", ["a b", "m\nExecStartPre=/bin/true", "../x", "x/y", "-x", "a..b", "", 70])
+def test_model_keys_must_name_files_and_units(key):
+    """Issue 12: a key with a newline broke out of the launcher's comment, one with a space split ExecStart."""
+    [problem] = catalog_problems_detailed({key: entry()})
+    assert problem.startswith("models_catalog[%s]: the key " % (repr(key) if isinstance(key, str) else "'70'"))
+    assert "\n" not in problem and ("rename the entry" in problem or "quote it" in problem)
+
+
+def test_good_names_and_revisions_pass():
+    for revision in ("main", "v1.0", "refs/pr/1", "0123456789abcdef0123456789abcdef01234567"):
+        assert catalog_problems_detailed({"Qwen2.5-7B_q4": entry(revision=revision)}) == []
+    files = [{"name": "Meta-Llama-3-8B-Instruct-Q4_K_M.gguf", "size": 1}]
+    assert catalog_problems_detailed({"8b": entry(files=files)}) == []
+
+
+def test_catalog_problems_name_the_host_and_the_extra_catalog():
+    catalog = {"m": entry(revision=""), "x": entry(files=[{"name": "../x.gguf", "size": 1}])}
+    problems = catalog_problems_detailed(catalog, {"x": {}}, "n0")
+    assert problems[0].startswith("host n0: models_catalog['m'].revision is empty")
+    assert problems[1].startswith("host n0: models_extra_catalog['x'].files[0] name '../x.gguf'")
+
+
 def test_split_parts_in_order_are_fine():
     files = [{"name": "m-00001-of-00002.gguf", "size": 5}, {"name": "m-00002-of-00002.gguf", "size": 5}]
     assert catalog_problems_detailed({"m": entry(files=files)}) == []
