@@ -5,7 +5,9 @@ from typing import Any, Dict, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (LaunchOptions, cluster_nodes, host_units,
-                                                                           launch_plans, rank_hosts, weights_path)
+                                                                           launch_plans, one_line, rank_hosts,
+                                                                           systemd_file_url, systemd_text,
+                                                                           systemd_executable, weights_path)
 
 
 def plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],
@@ -25,4 +27,9 @@ class FilterModule:
             "launch_cluster_nodes": cluster_nodes,
             "launch_plans": plans,
             "launch_host_units": host_units,
+            # For the templates (templates/launch): a value in a comment, a unit setting, ExecStart's executable.
+            "launch_one_line": one_line,
+            "launch_systemd_text": systemd_text,
+            "launch_systemd_executable": systemd_executable,
+            "launch_systemd_file_url": systemd_file_url,
         }

@@ -7,8 +7,10 @@ same cluster always gets the same split (prima.cpp's own allocator is not reprod
 
 import dataclasses
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+import urllib.parse
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import file_name_problem, model_key_problem
 from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
                                                                          ring_neighbours, window_problems)
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import LOOPBACK, rpc_port
@@ -16,7 +18,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.transport import LOO
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 RUNTIMES = ("prima", "llama_rpc", "single")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let a trailing newline through
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +32,7 @@ class LaunchOptions:
     data_port_base: int
     signal_port_base: int
     rpc_port: int
-    layer_window: Any  # "auto", "prima", or layers per rank
+    layer_window: Any  # "auto", "prima", or layers per rank (a tuple)
     prefetch: bool
     threads: int  # 0: every core of each node
     prompt: str
@@ -83,10 +85,13 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
         return value
     if kind in ("str", str):
         return "" if value is None else str(value)
+    if name == "layer_window":
+        option = window_option(value)
+        return option if isinstance(option, str) else tuple(option)
     if name == "rank_env":
         if not isinstance(value, Mapping):
             raise ValueError("%r is not a mapping of environment variables" % (value,))
-        bad = sorted(str(key) for key in value if not ENV_NAME.match(str(key)))
+        bad = sorted(str(key) for key in value if not ENV_NAME.fullmatch(str(key)))
         if bad:
             # The launcher script exports each name as it is: only a shell variable name may pass.
             raise ValueError("%s: not an environment variable name (letters, digits, _)" % ", ".join(map(repr, bad)))
@@ -130,14 +135,34 @@ def model_bytes(entry: Mapping[str, Any]) -> int:
     return sum(int(spec.get("size") or 0) for spec in entry["files"])
 
 
+def window_option(option: Any) -> Union[str, List[int]]:
+    """prima_layer_window as given: `auto` (also when empty), `prima`, or the layers of each rank, from a list or
+    a string like "3,3,2" or "[3, 3, 2]" (what -e prima_layer_window=... gives). ValueError when it is none of them."""
+    if isinstance(option, str) and option.strip() in ("", "auto", "prima"):
+        return option.strip() or "auto"
+    if option is None:
+        return "auto"
+    items = option.strip().strip("[]").split(",") if isinstance(option, str) else option
+    window = []  # type: List[int]
+    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Sequence) or not items:
+        items = [None]
+    for item in items:
+        if isinstance(item, bool) or not re.fullmatch(r"\s*\d+\s*", str(item)) or int(item) < 1:
+            raise ValueError("%r is not auto, prima, or the layers of each rank as whole numbers >= 1 (like [3, 3, 2])"
+                             % (option,))
+        window.append(int(item))
+    return window
+
+
 def _window(option: Any, n_layer: int, memory: Sequence[Mapping[str, int]]) -> Optional[List[int]]:
     """`auto`: ours; `prima`: none (prima.cpp's allocator decides); a list: as given."""
-    if option in (None, "", "auto"):
+    option = window_option(option)
+    if option == "auto":
         return layer_window(n_layer, [rank["total"] for rank in memory])
     if option == "prima":
         return None
-    window = [int(layers) for layers in (option.split(",") if isinstance(option, str) else option)]
-    if len(window) != len(memory) or sum(window) != n_layer or min(window) < 1:
+    window = list(option)
+    if len(window) != len(memory) or sum(window) != n_layer:
         raise ValueError("prima_layer_window %s must give each of the %d ranks at least one layer and sum to "
                          "n_layer %d (or be auto / prima)" % (window, len(memory), n_layer))
     return window
@@ -264,6 +289,11 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
     for model in models:
         if model not in catalog:
             raise ValueError("model %r is not in the catalog (known: %s)" % (model, ", ".join(sorted(catalog))))
+        # The preflight refuses these; playbooks/launch.yml alone has no preflight. The key names files and units.
+        unsafe = [problem for problem in [model_key_problem(model)] + [
+            file_name_problem(spec.get("name")) for spec in catalog[model]["files"]] if problem]
+        if unsafe:
+            raise ValueError("model %r: %s" % (model, "; ".join(unsafe)))
         for runtime in runtimes:
             name = "%s-%s" % (runtime, model)
             unit = UnitContext(options=options, weights=weights_path(catalog[model], options.models_dir),
@@ -297,3 +327,45 @@ def listen_ports(plans: Mapping[str, Any], host: str) -> List[int]:
     for unit in host_units(plans, host):
         ports += [port for port in unit["listen"] if port not in ports]
     return sorted(ports)
+
+
+# What the templates put a value through where it must stay one line, or one word of a systemd command line.
+# The preflight refuses model keys, file names and environment names that would need this; the templates stay
+# safe when a value gets past it (playbooks/launch.yml alone, say).
+UNSAFE_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029\\]")
+C_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _c_escape(match: "re.Match[str]") -> str:
+    char = match.group(0)
+    return C_ESCAPES.get(char) or ("\\x%02x" % ord(char) if ord(char) < 0x100 else "\\u%04x" % ord(char))
+
+
+def one_line(value: Any) -> str:
+    """A value on one line (for a comment): backslashes and control characters C-escaped (\\n, \\x1b)."""
+    return UNSAFE_IN_A_LINE.sub(_c_escape, str(value))
+
+
+def systemd_text(value: Any) -> str:
+    """A value of a unit setting that takes plain text (Description=, WorkingDirectory=): one line, and no
+    specifiers (% doubled). A line can end in no backslash, so none continues onto the next."""
+    return one_line(value).replace("%", "%%")
+
+
+SYSTEMD_PLAIN_WORD = re.compile(r"[A-Za-z0-9/._+:,@=-]+")
+
+
+def systemd_executable(value: Any) -> str:
+    """The executable of a unit's command line (ExecStart=): as it is when plain, else double-quoted with C
+    escapes, which systemd undoes, and no specifiers (%%): systemd splits unquoted words at whitespace. systemd
+    expands no variables in the executable (an argument would need $$) and refuses one with quotes, backslashes
+    or control characters: the unit then fails to load, and nothing else runs."""
+    text = str(value)
+    if SYSTEMD_PLAIN_WORD.fullmatch(text):
+        return text
+    return '"%s"' % one_line(text).replace('"', '\\"').replace("%", "%%")
+
+
+def systemd_file_url(path: Any) -> str:
+    """A file:// URL of a path for Documentation= (percent-encoded, and % doubled against specifiers)."""
+    return "file://" + urllib.parse.quote(str(path), safe="/").replace("%", "%%")

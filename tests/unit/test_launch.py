@@ -1,6 +1,7 @@
 """The launch plan (who runs what, with which arguments) and the rendered units."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -10,7 +11,8 @@ import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (GIB, MIB, LaunchOptions, UnitContext,
                                                                            host_units, launch_plan, launch_plans,
-                                                                           listen_ports, rank_hosts, usable_bytes,
+                                                                           listen_ports, one_line, rank_hosts,
+                                                                           systemd_executable, systemd_text, usable_bytes,
                                                                            weights_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -188,9 +190,12 @@ def test_host_units_are_flat_and_named():
 
 
 def render(template, unit, **extra):
+    from ansible_collections.prima.cluster.plugins.filter.launch import FilterModule
+
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates", "launch")),
                              undefined=jinja2.StrictUndefined)
     env.filters["quote"] = __import__("shlex").quote
+    env.filters.update({"prima.cluster." + name: function for name, function in FilterModule().filters().items()})
     values = {"unit": unit, "launch_script": "/etc/prima-bench/%s.sh" % unit["name"], "launch_timeout_s": 30,
               "launch_stop_grace_s": 2, "ansible_managed": "test", "launch_systemd": False,
               "launch_unit_name": "prima-bench-%s.service" % unit["name"]}
@@ -216,18 +221,18 @@ def test_systemd_unit_renders_and_verifies(tmp_path):
     assert verify.returncode == 0, verify.stderr
 
 
-def launcher(tmp_path, argv, listen=(), timeout_s=30):
-    unit = {"name": "t", "runtime": "single", "role": "head", "rank": 0, "world": 1, "model": "tiny", "argv": argv,
-            "env": {"LLAMA_CACHE": str(tmp_path / "cache")}, "listen": list(listen),
+def launcher(tmp_path, argv, listen=(), timeout_s=30, env=None, model="tiny", name="t"):
+    unit = {"name": name, "runtime": "single", "role": "head", "rank": 0, "world": 1, "model": model, "argv": argv,
+            "env": env if env is not None else {"LLAMA_CACHE": str(tmp_path / "cache")}, "listen": list(listen),
             "state_dir": str(tmp_path / "state")}
-    script = tmp_path / "t.sh"
+    script = tmp_path / ("%s.sh" % name)
     script.write_text(render("rank.sh.j2", unit, launch_script=str(script), launch_timeout_s=timeout_s))
     script.chmod(0o755)
     return str(script), tmp_path / "state"
 
 
-def sh(*argv):
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+def sh(*argv, cwd=None):
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False, cwd=cwd)
 
 
 def test_launcher_runs_in_the_foreground_and_keeps_everything(tmp_path):
@@ -321,3 +326,92 @@ def test_through_ssh_every_rank_connects_to_its_own_loopback():
     assert rpc["addresses"]["n2"] == "10.77.0.12" and rpc["transport"] == "ssh"
     with pytest.raises(ValueError, match="transport: 'tunnel' is not direct or ssh"):
         options(transport="tunnel")
+
+
+def test_env_names_and_values_never_run_as_commands(tmp_path):
+    """Issue 12: `export {{ name }}=` ran `A; touch P; B` on every call of the script. The plan refuses such a
+    name (and the preflight before it); the script keeps it a word even so."""
+    proof = tmp_path / "P"
+    env = {"A; touch %s; B" % proof: "1", "OK": "x y\n$(touch %s)'\"" % proof}
+    script, state = launcher(tmp_path, ["sh", "-c", 'printf %s "$OK"'], env=env)
+    assert sh("bash", "-n", script).returncode == 0
+    sh(script, "status")
+    assert sh(script, "run").returncode == 0
+    assert not proof.exists()
+    assert (state / "stdout").read_text() == env["OK"]
+
+
+@pytest.mark.parametrize("name", ["A\n", "A;B", "1A", "A B", ""])
+def test_the_plan_refuses_what_is_not_an_env_name(name):
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        options(rank_env={name: "1"})
+
+
+def test_a_model_key_with_a_newline_stays_in_its_comment(tmp_path):
+    """Issue 12: a key with a newline (from models_extra_catalog) broke out of the script's comment."""
+    model = "m\ntouch injected #"
+    script, state = launcher(tmp_path, ["true"], model=model, name="single-" + model, env={})
+    assert sh("bash", "-n", script).returncode == 0
+    assert sh(script, "status", cwd=str(tmp_path)).returncode == 0
+    assert sh(script, "run", cwd=str(tmp_path)).returncode == 0
+    assert not (tmp_path / "injected").exists()
+    assert "model m\\ntouch injected #." in open(script).read()
+
+
+def unit_named(tmp_path, model):
+    return {"name": "prima-" + model, "runtime": "prima", "role": "worker", "rank": 1, "world": 2, "model": model,
+            "argv": ["true"], "env": {}, "listen": [9001], "state_dir": str(tmp_path / "state" / ("prima-" + model))}
+
+
+@pytest.mark.parametrize("model, refused", [
+    ("a b", False), ("50% $HOME", False), ("m'x", True),
+    # systemd reads the path back whole, newline and all, then refuses an executable with control characters.
+    ("m\nExecStartPre=-touch injected", True), ("m\tx", True)])
+def test_systemd_unit_keeps_each_value_on_its_line(tmp_path, model, refused):
+    """Issue 12: a key with a space split ExecStart; one with a newline added lines to the unit."""
+    unit = unit_named(tmp_path, model)
+    script = tmp_path / ("%s.sh" % unit["name"])
+    text = render("rank.service.j2", unit, launch_script=str(script))
+    lines = text.splitlines()
+    assert [line.split("=")[0] for line in lines if "=" in line and not line.startswith("#")] == [
+        "Description", "Documentation", "After", "Wants", "Type", "ExecStart", "WorkingDirectory", "KillMode",
+        "KillSignal", "TimeoutStopSec", "Restart"]
+    assert not any(line.rstrip().endswith("\\") for line in lines)  # no line continues onto the next
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed here; the rendered unit was checked by content only")
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    unit_file = tmp_path / "t.service"
+    unit_file.write_text(text)
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit_file)], capture_output=True, text=True, check=False)
+    if refused:
+        assert verify.returncode != 0 and "Executable name contains special characters: %s" % script in verify.stderr
+    else:
+        assert verify.returncode == 0, verify.stderr
+
+
+def test_systemd_values_and_comment_lines():
+    assert systemd_executable("/etc/prima-bench/prima-tiny.sh") == "/etc/prima-bench/prima-tiny.sh"
+    assert systemd_executable('/a b/"$HOME" 50%\\\n') == r'"/a b/\"$HOME\" 50%%\\\n"'
+    assert systemd_text("a\nb%\\") == r"a\nb%%\\"
+    assert one_line("m\r\n\x1b\u2028") == r"m\r\n\x1b\u2028"
+
+
+def test_the_plan_refuses_unsafe_model_keys_and_file_names():
+    for key, entry in (("a b", TINY), ("../x", TINY), ("x\n", TINY),
+                       ("ok", {"n_layer": 8, "files": [{"name": "../../etc/x.gguf", "size": 1}]})):
+        with pytest.raises(ValueError, match=re.escape("model %r: " % key)):
+            launch_plans(nodes(1), ["single"], [key], {key: entry}, OPTIONS)
+
+
+@pytest.mark.parametrize("window, expected", [
+    ("auto", "auto"), ("", "auto"), (None, "auto"), ("prima", "prima"), (" prima ", "prima"), ([3, 3, 2], (3, 3, 2)),
+    ("3,3,2", (3, 3, 2)), ("[3, 3, 2]", (3, 3, 2)), (["4", "4"], (4, 4))])
+def test_layer_window_option(window, expected):
+    assert options(layer_window=window).layer_window == expected
+
+
+@pytest.mark.parametrize("window", ["fast", [3, 0, 5], [3, True], "3;3", [], {"a": 1}, [2.5, 5.5]])
+def test_layer_window_option_refused(window):
+    with pytest.raises(ValueError, match="launch option layer_window: .* is not auto, prima, or the layers"):
+        options(layer_window=window)
