@@ -1,7 +1,8 @@
 """Filters of the preflight's inventory checks; the logic is in plugin_utils/preflight.py."""
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
-                                                                              cluster_ranks, positive_int_problems,
+                                                                              cluster_ranks, layer_window_problems,
+                                                                              positive_int_problems, rank_env_problems,
                                                                               role_argument_specs,
                                                                               role_input_problems)
 
@@ -15,4 +16,6 @@ class FilterModule:
             "role_argument_specs": role_argument_specs,
             "choice_problems": choice_problems,
             "positive_int_problems": positive_int_problems,
+            "layer_window_problems": layer_window_problems,
+            "rank_env_problems": rank_env_problems,
         }

@@ -6,10 +6,22 @@ variable and says how to fix it; an empty list means the input is good.
 
 import ipaddress
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import ENV_NAME, window_option
 
 HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME_PATTERN = re.compile(r"^(?=.{1,253}$)%s(\.%s)*$" % (HOSTNAME_LABEL, HOSTNAME_LABEL))
+# fullmatch: `$` alone would let a trailing newline through.
+HOSTNAME_PATTERN = re.compile(r"(?=.{1,253}$)%s(\.%s)*" % (HOSTNAME_LABEL, HOSTNAME_LABEL))
+SSH_PORT_VARIABLES = (("ansible_port", "Ansible reaches the node's sshd on"),
+                      ("cluster_ssh_port", "the other nodes reach the node's sshd on"))
+# Why a cluster_ip cannot be where the fan-out server and ggml-rpc-server listen, with cluster_network direct.
+LOCAL_ADDRESSES = {
+    "unspecified": ("the unspecified address", "they would listen on every interface of %(host)s, public ones "
+                                               "included, and no peer can connect to that address"),
+    "loopback": ("a loopback address", "only %(host)s itself could reach them, and the other ranks would connect to "
+                                       "their own loopback, not to %(host)s"),
+}
 
 
 def _is_address(value: str) -> bool:
@@ -17,7 +29,26 @@ def _is_address(value: str) -> bool:
         ipaddress.ip_address(value)
         return True
     except ValueError:
-        return bool(HOSTNAME_PATTERN.match(value)) and not re.fullmatch(r"[\d.]+", value)
+        return bool(HOSTNAME_PATTERN.fullmatch(value)) and not re.fullmatch(r"[\d.]+", value)
+
+
+def _local_address(value: str) -> Optional[str]:
+    """What makes an address useless for peers to reach a node on: 'unspecified' or 'loopback', else None."""
+    if value.lower() == "localhost" or value.lower().endswith(".localhost"):
+        return "loopback"
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)
+    address = mapped or address
+    if address.is_unspecified:
+        return "unspecified"
+    return "loopback" if address.is_loopback else None
+
+
+def _hosts_label(hosts: Sequence[str]) -> str:
+    return ("host %s" if len(hosts) == 1 else "hosts %s") % ", ".join(hosts)
 
 
 def _is_int(value: Any) -> bool:
@@ -44,6 +75,7 @@ def cluster_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, A
                 "(see inventory/glows.yml)" % group]
     problems = []  # type: List[str]
     problems += _address_problems(hosts, hostvars)
+    problems += _ssh_port_problems(hosts, hostvars)
     problems += _rank_problems(hosts, hostvars)
     problems += _world_problems(hosts, world, group)
     return problems
@@ -64,14 +96,37 @@ def _address_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, 
             continue
         address = str(address).strip()
         if not _is_address(address):
-            problems.append("host %s: cluster_ip '%s' is not an IP address or host name; "
+            problems.append("host %s: cluster_ip %r is not an IP address or host name; "
                             "set cluster_ip to the node's address on the cluster network" % (host, address))
+            continue
+        # With auto the probe tries the address (and picks ssh when no peer gets through); ssh needs none.
+        local = _local_address(address) if hostvars[host].get("cluster_network", "auto") == "direct" else None
+        if local:
+            kind, why = LOCAL_ADDRESSES[local]
+            problems.append("host %s: cluster_ip %s is %s, and cluster_network is direct: the fan-out server and "
+                            "ggml-rpc-server -H bind to cluster_ip, so %s. Set cluster_ip to the node's own address "
+                            "on the cluster network, or use cluster_network auto or ssh"
+                            % (host, address, kind, why % {"host": host}))
             continue
         owners.setdefault(address, []).append(host)
     for address, owner_hosts in owners.items():
         if len(owner_hosts) > 1:
             problems.append("hosts %s: they share cluster_ip %s; give each host its own cluster_ip"
                             % (", ".join(owner_hosts), address))
+    return problems
+
+
+def _ssh_port_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    problems = []  # type: List[str]
+    for host in hosts:
+        for variable, use in SSH_PORT_VARIABLES:
+            value = hostvars[host].get(variable)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                continue
+            if not (_is_int(value) and 1 <= int(value) <= 65535):
+                problems.append("host %s: %s %r is not a port number (1-65535); set %s to the port %s (on Glows, "
+                                "the node's mapped SSH port), or remove it for 22"
+                                % (host, variable, value, variable, use))
     return problems
 
 
@@ -180,3 +235,71 @@ def positive_int_problems(value: Any, variable: str) -> List[str]:
     if _is_int(value) and int(value) >= 1:
         return []
     return ["%s '%s' is not a whole number >= 1; pass -e %s=N" % (variable, value, variable)]
+
+
+def _keys(value: Any) -> List[str]:
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return [str(part) for part in value]
+
+
+def _world_size(hosts: Sequence[str], world: Optional[Any]) -> Tuple[int, str]:
+    """The ranks of a run and where that number comes from: -e world=N (when valid), else every host."""
+    if world not in (None, "") and _is_int(world) and 1 <= int(world) <= len(hosts):
+        return int(world), "-e world=%d" % int(world)
+    return len(hosts), "every host in group cluster"
+
+
+def layer_window_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]],
+                          world: Optional[Any] = None, models: Any = None,
+                          catalog: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """prima_layer_window of every host: auto, prima, or one layer count per rank of the run (-e world=N takes the
+    first N ranks), summing to the n_layer of each model the run uses (`models`: -e model, else models_enabled)."""
+    ranks, source = _world_size(hosts, world)
+    by_value = {}  # type: Dict[str, Tuple[Any, List[str]]]
+    for host in hosts:
+        if hostvars[host].get("prima_layer_window") is not None:
+            value = hostvars[host]["prima_layer_window"]
+            by_value.setdefault(repr(value), (value, []))[1].append(host)
+    problems = []  # type: List[str]
+    for value, owners in by_value.values():
+        who = _hosts_label(owners)
+        try:
+            window = window_option(value)
+        except ValueError:
+            problems.append("%s: prima_layer_window %r is not auto, prima, or the layers of each rank as whole "
+                            "numbers >= 1; set it to auto, prima or a list like [3, 3, 2]" % (who, value))
+            continue
+        if isinstance(window, str):
+            continue
+        if len(window) != ranks:
+            problems.append("%s: prima_layer_window %s gives layers to %d rank(s), but the run has %d (%s); give one "
+                            "layer count per rank, or set prima_layer_window to auto"
+                            % (who, window, len(window), ranks, source))
+            continue
+        for key in _keys(models):
+            entry = (catalog or {}).get(key)
+            layers = entry.get("n_layer") if isinstance(entry, Mapping) else None
+            if isinstance(layers, int) and not isinstance(layers, bool) and sum(window) != layers:
+                problems.append("%s: prima_layer_window %s sums to %d layers, but model %s has n_layer %d; make the "
+                                "counts sum to %d, pick the model it is for with -e model=KEY, or set "
+                                "prima_layer_window to auto" % (who, window, sum(window), key, layers, layers))
+    return problems
+
+
+def rank_env_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """launch_rank_env of every host: only names the launcher script can export."""
+    by_bad = {}  # type: Dict[Tuple[str, ...], List[str]]
+    for host in hosts:
+        env = hostvars[host].get("launch_rank_env")
+        if not isinstance(env, Mapping):
+            continue  # not a mapping: role_input_problems says so (roles/launch/meta/argument_specs.yml)
+        bad = tuple(sorted(repr(name) for name in env if not (isinstance(name, str) and ENV_NAME.fullmatch(name))))
+        if bad:
+            by_bad.setdefault(bad, []).append(host)
+    return ["%s: launch_rank_env has %s, not an environment variable name (letters, digits and _, not starting "
+            "with a digit): the launcher script exports each name as it is; rename or remove %s"
+            % (_hosts_label(owners), ", ".join(bad), "it" if len(bad) == 1 else "them")
+            for bad, owners in by_bad.items()]

@@ -50,8 +50,25 @@ def assert_refused_before_nodes(run, *fragments):
      ["host a, role prima:", "prima_jobs"]),
     ({"a": GOOD_HOSTS["a"] + "\n          highs_source: zip", "b": GOOD_HOSTS["b"]}, {},
      ["host a, role highs:", "highs_source", "git, sdist"]),
+    # Issue 12.
+    ({"a": GOOD_HOSTS["a"] + "\n          ansible_port: abc", "b": GOOD_HOSTS["b"]}, {},
+     ["host a: ansible_port 'abc' is not a port number (1-65535); set ansible_port to the port"]),
+    ({"a": "ansible_host: 127.0.0.2\n          cluster_ip: 127.0.0.1", "b": GOOD_HOSTS["b"]},
+     {"cluster_network": "direct"},
+     ["host a: cluster_ip 127.0.0.1 is a loopback address, and cluster_network is direct"]),
+    ({"a": "ansible_host: 127.0.0.2\n          cluster_ip: 0.0.0.0", "b": GOOD_HOSTS["b"]},
+     {"cluster_network": "direct"},
+     ["host a: cluster_ip 0.0.0.0 is the unspecified address, and cluster_network is direct"]),
+    (GOOD_HOSTS, {"prima_layer_window": [4, 4, 4]},
+     ["hosts a, b: prima_layer_window [4, 4, 4] gives layers to 3 rank(s), but the run has 2 (every host in group "
+      "cluster)"]),
+    (GOOD_HOSTS, {"prima_layer_window": "40,40", "world": 1, "model": "70b"},
+     ["hosts a, b: prima_layer_window [40, 40] gives layers to 2 rank(s), but the run has 1 (-e world=1)"]),
+    (GOOD_HOSTS, {"launch_rank_env": {"A; touch P; B": "1"}},
+     ["hosts a, b: launch_rank_env has 'A; touch P; B', not an environment variable name"]),
 ], ids=["missing-cluster-ip", "bad-cluster-network", "duplicate-cluster-ip", "duplicate-rank", "world-too-large",
-        "mistyped-role-input", "bad-choice"])
+        "mistyped-role-input", "bad-choice", "ansible-port", "loopback-cluster-ip", "unspecified-cluster-ip",
+        "layer-window-length", "layer-window-world", "rank-env-name"])
 def test_site_refuses_bad_inventory(tmp_path, hosts, extravars, fragments):
     run = run_playbook("site.yml", inventory=inventory(tmp_path, hosts), extravars=extravars,
                        label="preflight-site")
@@ -75,8 +92,20 @@ def test_site_refuses_a_malformed_catalog_entry(tmp_path):
                           "files": [{"name": "x.gguf", "size": 10, "sha256": "short"}]}}
     run = run_playbook("site.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
                        extravars={"models_extra_catalog": catalog}, label="preflight-site-catalog")
-    assert_refused_before_nodes(run, "models_catalog['broken'].hub_repo 'nobody' is not an 'owner/name'",
+    assert_refused_before_nodes(run, "host a: models_extra_catalog['broken'].hub_repo 'nobody' is not an 'owner/name'",
                                 "(x.gguf): sha256 'short' is not 64 hex digits")
+
+
+def test_site_refuses_catalog_names_that_reach_paths_and_units(tmp_path):
+    """Issue 12: a key with a space or newline, a file name with ../ and an empty revision got past the preflight."""
+    catalog = {"a b\nc": {"hub_repo": "org/repo", "revision": "", "n_layer": 8,
+                          "files": [{"name": "../x.gguf", "size": 10}]}}
+    run = run_playbook("site.yml", inventory=inventory(tmp_path, GOOD_HOSTS),
+                       extravars={"models_extra_catalog": catalog}, label="preflight-site-catalog-names")
+    assert_refused_before_nodes(run, "host a: models_extra_catalog['a b\\\\nc']: the key 'a b\\\\nc' may only hold",
+                                "host a: models_extra_catalog['a b\\\\nc'].revision is empty; set it to a branch",
+                                "host a: models_extra_catalog['a b\\\\nc'].files[0] name '../x.gguf' is not a "
+                                "plain file name")
 
 
 def test_bench_refuses_bad_runtime_and_runs(tmp_path):

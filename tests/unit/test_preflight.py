@@ -4,7 +4,8 @@ import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import catalog_problems
 from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
-                                                                              cluster_ranks, positive_int_problems,
+                                                                              cluster_ranks, layer_window_problems,
+                                                                              positive_int_problems, rank_env_problems,
                                                                               role_argument_specs,
                                                                               role_input_problems)
 
@@ -162,3 +163,111 @@ def test_choices_and_counts():
         "runtime 'vllm' is not one of: prima, all; pass -e runtime=prima"]
     assert positive_int_problems("3", "runs") == []
     assert positive_int_problems(0, "runs") == ["runs '0' is not a whole number >= 1; pass -e runs=N"]
+
+
+@pytest.mark.parametrize("variable", ["ansible_port", "cluster_ssh_port"])
+@pytest.mark.parametrize("port", ["abc", 0, 70000, "22x", -1, True])
+def test_ssh_ports_must_be_port_numbers(variable, port):
+    """Issue 12: ansible_port: abc got past the preflight."""
+    hosts, hostvars = hosts_of(a={"cluster_ip": "10.0.0.1", variable: port}, b={"cluster_ip": "10.0.0.2"})
+    [problem] = cluster_problems(hosts, hostvars)
+    assert problem.startswith("host a: %s %r is not a port number (1-65535); set %s to the port " % (
+        variable, port, variable))
+    assert problem.endswith("or remove it for 22")
+
+
+def test_good_ssh_ports():
+    hosts, hostvars = hosts_of(a={"cluster_ip": "10.0.0.1", "ansible_port": 23001, "cluster_ssh_port": "22"},
+                               b={"cluster_ip": "10.0.0.2", "ansible_port": "65535"}, c={"cluster_ip": "10.0.0.3"})
+    assert cluster_problems(hosts, hostvars) == []
+
+
+@pytest.mark.parametrize("address, kind", [
+    ("0.0.0.0", "the unspecified address"), ("::", "the unspecified address"), ("127.0.0.1", "a loopback address"),
+    ("127.0.1.1", "a loopback address"), ("::1", "a loopback address"), ("::ffff:127.0.0.1", "a loopback address"),
+    ("localhost", "a loopback address"), ("LOCALHOST", "a loopback address")])
+def test_direct_refuses_a_cluster_ip_no_peer_reaches(address, kind):
+    """Issue 12: the fan-out server and ggml-rpc-server -H bind to cluster_ip; direct took 0.0.0.0 and 127.0.0.1."""
+    hosts, hostvars = hosts_of(a={"cluster_ip": address, "cluster_network": "direct"},
+                               b={"cluster_ip": "10.0.0.2", "cluster_network": "direct"})
+    [problem] = cluster_problems(hosts, hostvars)
+    assert problem.startswith("host a: cluster_ip %s is %s, and cluster_network is direct: " % (address, kind))
+    assert "bind to cluster_ip" in problem and problem.endswith("or use cluster_network auto or ssh")
+    # auto: the probe decides (it finds no path and picks ssh); ssh needs no cluster_ip at all.
+    for network in ("auto", "ssh"):
+        hosts, hostvars = hosts_of(a={"cluster_ip": address, "cluster_network": network},
+                                   b={"cluster_ip": "10.0.0.2", "cluster_network": network})
+        assert cluster_problems(hosts, hostvars) == []
+
+
+def test_direct_takes_private_public_and_named_addresses():
+    hosts, hostvars = hosts_of(a={"cluster_ip": "10.0.0.1", "cluster_network": "direct"},
+                               b={"cluster_ip": "203.0.113.7", "cluster_network": "direct"},
+                               c={"cluster_ip": "node-c.internal", "cluster_network": "direct"})
+    assert cluster_problems(hosts, hostvars) == []
+
+
+CATALOG = {"tiny": {"n_layer": 8}, "70b": {"n_layer": 80}}
+
+
+def window_hosts(count, window, **extra):
+    return hosts_of(**{"n%d" % rank: dict({"prima_layer_window": window}, **extra) for rank in range(count)})
+
+
+@pytest.mark.parametrize("window", [[3, 3, 2], "3,3,2", "[3, 3, 2]", "auto", "prima", None])
+def test_layer_window_with_one_count_per_rank(window):
+    hosts, hostvars = window_hosts(3, window)
+    assert layer_window_problems(hosts, hostvars, None, "tiny", CATALOG) == []
+
+
+def test_layer_window_length_is_the_world_size():
+    """Issue 12: a prima_layer_window whose length is not the world size got past the preflight."""
+    hosts, hostvars = window_hosts(3, [4, 4])
+    assert layer_window_problems(hosts, hostvars, None, "tiny", CATALOG) == [
+        "hosts n0, n1, n2: prima_layer_window [4, 4] gives layers to 2 rank(s), but the run has 3 (every host in "
+        "group cluster); give one layer count per rank, or set prima_layer_window to auto"]
+    # -e world=N takes the first N ranks: the window is theirs.
+    assert layer_window_problems(hosts, hostvars, "2", "tiny", CATALOG) == []
+    [problem] = layer_window_problems(hosts, hostvars, 1, "tiny", CATALOG)
+    assert "but the run has 1 (-e world=1)" in problem
+    # A bad world is cluster_problems' to name; the window is held to every host then.
+    assert layer_window_problems(hosts, hostvars, "x", "tiny", CATALOG)[0].endswith(
+        "but the run has 3 (every host in group cluster); give one layer count per rank, or set "
+        "prima_layer_window to auto")
+
+
+def test_layer_window_sums_to_each_models_layers():
+    hosts, hostvars = window_hosts(2, [40, 40])
+    assert layer_window_problems(hosts, hostvars, None, "70b", CATALOG) == []
+    assert layer_window_problems(hosts, hostvars, None, ["70b", "13b"], CATALOG) == []  # 13b: catalog_problems
+    [problem] = layer_window_problems(hosts, hostvars, None, "70b,tiny", CATALOG)
+    assert problem == ("hosts n0, n1: prima_layer_window [40, 40] sums to 80 layers, but model tiny has n_layer 8; "
+                       "make the counts sum to 8, pick the model it is for with -e model=KEY, or set "
+                       "prima_layer_window to auto")
+
+
+@pytest.mark.parametrize("window", ["fast", [3, 0, 5], "3;3;2", [3, "x", 2], [], [1.5, 3, 3.5]])
+def test_layer_window_that_is_no_window(window):
+    hosts, hostvars = window_hosts(3, window)
+    [problem] = layer_window_problems(hosts, hostvars, None, "tiny", CATALOG)
+    assert problem.startswith("hosts n0, n1, n2: prima_layer_window %r is not auto, prima, or the layers" % (window,))
+    assert problem.endswith("set it to auto, prima or a list like [3, 3, 2]")
+
+
+def test_layer_window_per_host():
+    hosts, hostvars = hosts_of(n0={"prima_layer_window": [8]}, n1={"prima_layer_window": [3, 3, 2]}, n2={})
+    [problem] = layer_window_problems(hosts, hostvars, None, "tiny", CATALOG)
+    assert problem.startswith("host n0: prima_layer_window [8] gives layers to 1 rank(s), but the run has 3")
+
+
+def test_rank_env_names():
+    """Issue 12: launch_rank_env {"A; touch P; B": "1"} ran touch on `status`; now it stops on the controller."""
+    hosts, hostvars = hosts_of(a={"launch_rank_env": {"A; touch P; B": "1", "OK": "x; y"}},
+                               b={"launch_rank_env": {"A; touch P; B": "1"}},
+                               c={"launch_rank_env": {"A\n": "1", "1X": "2", "GOOD_1": "$(x)"}},
+                               d={"launch_rank_env": "not a mapping"}, e={})
+    assert rank_env_problems(hosts, hostvars) == [
+        "hosts a, b: launch_rank_env has 'A; touch P; B', not an environment variable name (letters, digits and "
+        "_, not starting with a digit): the launcher script exports each name as it is; rename or remove it",
+        "host c: launch_rank_env has '1X', 'A\\n', not an environment variable name (letters, digits and _, not "
+        "starting with a digit): the launcher script exports each name as it is; rename or remove them"]
