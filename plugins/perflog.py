@@ -1,4 +1,5 @@
-"""python3 plugins/perflog.py FILE [FILE...]: the perf figures of captured llama.cpp / prima.cpp logs, as JSON.
+"""python3 plugins/perflog.py FILE [FILE...]: the perf figures of captured llama.cpp / prima.cpp logs (or of
+llama-server answers, by their `timings`), as JSON.
 
 A thin entry point: the parser is plugins/plugin_utils/perflog.py (standard library only), run from its file.
 """

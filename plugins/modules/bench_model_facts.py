@@ -8,6 +8,8 @@ description:
   - Copies the first C(header_mib) MiB of each model's first weights file on the node (dd), fetches them to the
     controller, reads layers, widths, heads and context length with the gguf library, and removes the copies.
   - Sets the fact C(bench_model_facts), by model; the estimates beside every measurement use it.
+  - A header that is damaged, or cut short on the node, fails the task with one line naming the model, its file
+    and what is wrong (for example C(truncated at offset N)); one longer than C(header_mib) asks for a larger value.
 options:
   models:
     description: By model key, C(path) of the first weights file on the node, its C(size) and the C(total) of every part

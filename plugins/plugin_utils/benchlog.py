@@ -11,7 +11,9 @@ as well as on the controller.
 - parse_server_timings: the `timings` object of a llama-server `/completion` answer.
 
 Numbers the programs print as `inf`, `nan` or `-nan` (a phase that ran 0 ms) come back as None: a
-float('inf') would poison every mean and JSON dump downstream.
+float('inf') would poison every mean and JSON dump downstream. So do figures out of range (2**53
+and more, or digits past what int() takes): no run prints them, a damaged log can. No input makes
+these functions raise.
 """
 
 import json
@@ -23,7 +25,9 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 WINDOW = re.compile(r"Using window size:\s*(\d+),\s*GPU layers:\s*(\d+)")
 REMOVED = "No layer is assigned to me, exit."
 ALLOCATION = "----- Allocation Strategy (by HiGHS) -----"
-ALLOCATION_ITEM = re.compile(r"^\s*-\s*(?P<key>[^:=]+?)\s*[:=]\s*(?P<value>.*?)\s*$")
+# Stripped in code, not by \s* around the groups: those overlap the groups' own spaces, which made a
+# long run of blanks take quadratic time.
+ALLOCATION_ITEM = re.compile(r"^\s*-(?P<key>[^:=]+)[:=](?P<value>.*)$")
 ALLOCATION_KEYS = {"Device Index": "index", "N Layer Window": "window", "N GPU Layers": "gpu_layers"}
 PROFILE_HEADER = re.compile(r"\|[ \t]*Property[ \t]*\|")
 RULE = re.compile(r"^[^|]*-{10,}\s*$")
@@ -41,20 +45,23 @@ MD_SEPARATOR = re.compile(r"^:?-+:?$")
 RECORD_START = re.compile(r"^[ \t]*\{", re.MULTILINE)
 
 Number = Union[int, float, None]
+# No benchmark figure comes near 2**53, where a JSON reader stops keeping whole numbers exact.
+MAX_FIGURE = 2 ** 53
 
 
 # --- numbers -------------------------------------------------------------------------------------
 
 def to_float(value: Any) -> Optional[float]:
-    """A finite float, or None for inf/nan/-nan, blanks, words and booleans: a benchmark figure
-    that is not a real number must not be averaged as one."""
+    """A finite float below MAX_FIGURE, or None for inf/nan/-nan, blanks, words, booleans and figures
+    out of range: a benchmark figure that is not a real number must not be averaged as one."""
     if value is None or isinstance(value, bool):
         return None
     try:
+        # float() of a string takes any number of digits (int() refuses 4300 and more)
         number = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float range
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) < MAX_FIGURE else None
 
 
 def to_int(value: Any) -> Optional[int]:
@@ -72,7 +79,7 @@ def not_a_number(_literal: str) -> None:
 def json_number(value: Any) -> Number:
     """A JSON figure as the server sent it (int stays int), None where it is missing or not finite."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return value if abs(value) < MAX_FIGURE else None
     return to_float(value)
 
 
@@ -104,7 +111,7 @@ def parse_window(text: str) -> Dict[str, Optional[int]]:
     last = last_match(WINDOW, text)
     if last is None:
         return {"window": None, "gpu_layers": None}
-    return {"window": int(last.group(1)), "gpu_layers": int(last.group(2))}
+    return {"window": to_int(last.group(1)), "gpu_layers": to_int(last.group(2))}
 
 
 def allocation_items(text: str, start: int) -> Iterator[Dict[str, str]]:
@@ -115,7 +122,7 @@ def allocation_items(text: str, start: int) -> Iterator[Dict[str, str]]:
         item = ALLOCATION_ITEM.match(line)
         stripped = line.strip()
         if item and section is not None:
-            section[item.group("key")] = item.group("value")
+            section[item.group("key").strip()] = item.group("value").strip()
         elif item or not stripped or stripped == "Parameters:":
             continue
         elif stripped.endswith(":"):
@@ -258,8 +265,8 @@ def bench_records(text: str) -> List[Dict[str, Any]]:
             continue  # inside an object already read
         try:
             record, done = decoder.raw_decode(text, start.end() - 1)
-        except ValueError:
-            continue  # cut off, or not JSON
+        except (ValueError, RecursionError):
+            continue  # cut off, not JSON, or nested deeper than the decoder goes
         if isinstance(record, dict):
             records.append(record)
     return records
@@ -271,9 +278,12 @@ def bench_result(record: Dict[str, Any]) -> Dict[str, Any]:
     result = {"test": bench_test_name(n_prompt, n_gen, to_int(record.get("n_depth")) or 0)}  # type: Dict[str, Any]
     for key in BENCH_KEYS:
         result[key] = record.get(key)
+    for key in ("n_prompt", "n_gen", "n_gpu_layers"):
+        result[key] = to_int(result[key])
     for key in ("avg_ts", "stddev_ts"):
         result[key] = to_float(result[key])
-    result["samples_ts"] = [to_float(sample) for sample in record.get("samples_ts") or []]
+    samples = record.get("samples_ts")
+    result["samples_ts"] = [to_float(sample) for sample in samples] if isinstance(samples, list) else []
     return result
 
 
@@ -356,7 +366,7 @@ def parse_server_timings(text: str) -> Dict[str, Number]:
     timings = {}  # type: Dict[str, Any]
     try:
         answer = json.loads(text, parse_constant=not_a_number)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, digits past int()'s limit, nested too deep
         answer = None
     if isinstance(answer, dict) and isinstance(answer.get("timings"), dict):
         timings = answer["timings"]

@@ -203,3 +203,31 @@ def test_server_timings_missing_or_not_numbers():
     timings = benchlog.parse_server_timings(text)
     assert timings["prompt_ms"] == 0.0 and timings["prompt_per_second"] is None
     assert timings["predicted_n"] is None and timings["predicted_per_second"] is None
+
+
+# --- input no run prints, and a damaged or crafted file can hold ----------------------------------
+
+def test_a_5000_digit_window_is_null_not_a_value_error():
+    text = "Using window size: %s, GPU layers: %s\n" % ("9" * 5000, "0" * 4999 + "7")
+    assert benchlog.parse_window(text) == {"window": None, "gpu_layers": 7}
+    assert benchlog.parse_prima_rank(text)["window"] is None
+
+
+def test_figures_out_of_range_are_null():
+    assert benchlog.to_int(10 ** 400) is None and benchlog.to_float(10 ** 400) is None
+    assert benchlog.to_float("1e999") is None and benchlog.to_float(2.0 ** 53) is None
+    assert benchlog.to_int(2 ** 53 - 1) == 2 ** 53 - 1
+    record = {"n_prompt": 10 ** 400, "n_gen": 32, "avg_ts": 1e300, "samples_ts": 7}
+    [result] = benchlog.parse_llama_bench_json(json.dumps(record))
+    assert (result["test"], result["n_prompt"], result["avg_ts"], result["samples_ts"]) == ("tg32", None, None, [])
+    answer = '{"timings": {"prompt_n": 1%s, "prompt_ms": 1e999, "predicted_n": 3}}' % ("0" * 400)
+    timings = benchlog.parse_server_timings(answer)
+    assert (timings["prompt_n"], timings["prompt_ms"], timings["predicted_n"]) == (None, None, 3)
+
+
+def test_json_nested_200k_deep_is_no_record_not_a_recursion_error():
+    deep = "[" * 200000 + "]" * 200000
+    assert benchlog.parse_server_timings(deep) == dict.fromkeys(benchlog.TIMING_KEYS)
+    assert benchlog.parse_server_timings('{"timings": %s}' % deep) == dict.fromkeys(benchlog.TIMING_KEYS)
+    good = fixture("llamacpp-bench-rpc2-json.stdout")
+    assert benchlog.parse_llama_bench_json('{"a": %s}\n' % deep + good) == benchlog.parse_llama_bench_json(good)

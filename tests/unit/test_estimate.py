@@ -9,6 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
+from ansible_collections.prima.cluster.plugins.plugin_utils import estimate as estimator
 from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (GIB, boundaries_crossed, decode_estimate,
                                                                              estimate, header_facts,
                                                                              kv_bytes_per_token, main, model_facts)
@@ -120,3 +121,191 @@ def test_command_line(tmp_path, capsys):
     failed = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "estimate.py"), "--gguf", path,
                              "--mem-gib", "24,24"], capture_output=True, text=True, check=False)
     assert failed.returncode == 2 and "header and no tensors" in failed.stderr
+
+
+# --- damaged files: one line naming the file and what is wrong -------------------------------------
+
+def small_model(path, embedding_length=64):
+    """A 2-layer llama GGUF with a vocabulary (a string array and a float array) and one tensor;
+    `embedding_length` goes in as given (a str makes it a string field)."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    if isinstance(embedding_length, str):
+        writer.add_string("llama.embedding_length", embedding_length)
+    else:
+        writer.add_embedding_length(embedding_length)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(4)
+    writer.add_context_length(512)
+    writer.add_token_list(["a", "b", "c"] * 10)
+    writer.add_token_scores([0.0] * 30)
+    writer.add_tensor("token_embd.weight", np.ones((64, 64), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)
+
+
+def field_offset(path, key):
+    """Where the value of `key` starts (after its name and type)."""
+    field = gguf.GGUFReader(path).fields[key]
+    return field.offset + 8 + len(key) + 4
+
+
+def damaged(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(bytes(data))
+    return str(path)
+
+
+def one_line_error(path, call=model_facts):
+    with pytest.raises(estimator.GGUFError) as caught:
+        call(path)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(path + ": "), message
+    return message[len(path) + 2:]
+
+
+def test_not_a_gguf_file(tmp_path):
+    assert one_line_error(damaged(tmp_path, "empty.gguf", b"")) == "not a GGUF file (empty)"
+    assert one_line_error(damaged(tmp_path, "text.gguf", b"hello, world\n")).startswith(
+        "not a GGUF file (it starts with b'hell'")
+    assert one_line_error(damaged(tmp_path, "v9.gguf", b"GGUF\x09\x00\x00\x00" + bytes(16))).startswith(
+        "GGUF version 9")
+
+
+def test_truncated_gguf_says_where(tmp_path):
+    whole = open(small_model(tmp_path / "whole.gguf"), "rb").read()
+    scores = field_offset(str(tmp_path / "whole.gguf"), "tokenizer.ggml.scores")
+    assert one_line_error(damaged(tmp_path, "cut2.gguf", whole[:2])) == (
+        "truncated at offset 2 (reading the magic at offset 0)")
+    assert one_line_error(damaged(tmp_path, "cut30.gguf", whole[:30])) == (
+        "truncated at offset 30 (reading the 8 keys at offset 24)")
+    assert one_line_error(damaged(tmp_path, "cut-scores.gguf", whole[:scores + 20])) == (
+        "truncated at offset %d (reading the 30 items of key 'tokenizer.ggml.scores' at offset %d)"
+        % (scores + 20, scores + 12))
+    message = one_line_error(damaged(tmp_path, "cut-data.gguf", whole[:-100]))
+    assert message == "truncated at offset %d (tensor 'token_embd.weight' runs to offset %d)" % (
+        len(whole) - 100, len(whole))
+
+
+def test_bit_flips_say_what_is_wrong(tmp_path):
+    path = small_model(tmp_path / "whole.gguf")
+    whole = open(path, "rb").read()
+    scores = field_offset(path, "tokenizer.ggml.scores")
+    flipped = bytearray(whole)
+    flipped[scores + 4 + 6] ^= 0x10  # the array's length, 30 -> 30 + 2**52: the gguf library loops on it
+    assert one_line_error(damaged(tmp_path, "length.gguf", flipped)).startswith(
+        "truncated at offset %d (reading the %d items of key 'tokenizer.ggml.scores'" % (len(whole), 30 + 2 ** 52))
+    flipped = bytearray(whole)
+    flipped[field_offset(path, "llama.block_count") - 4] = 77  # its value type
+    assert one_line_error(damaged(tmp_path, "type.gguf", flipped)) == (
+        "malformed GGUF at offset %d (key 'llama.block_count' has value type 77, which GGUF does not have)"
+        % (field_offset(path, "llama.block_count") - 4))
+    flipped = bytearray(whole)
+    flipped[whole.index(b"llama.embedding_length") + 2] ^= 0x80  # an invalid UTF-8 key name
+    assert "is not UTF-8" in one_line_error(damaged(tmp_path, "utf8.gguf", flipped))
+
+
+def test_header_values_of_the_wrong_kind_or_missing(tmp_path, capsys):
+    path = small_model(tmp_path / "text.gguf", embedding_length="8192")  # a TypeError escaped here
+    assert one_line_error(path) == "llama.embedding_length is the text '8192', not a count"
+    bare = str(tmp_path / "bare.gguf")
+    writer = gguf.GGUFWriter(bare, "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    assert model_facts(bare)["n_embd"] is None  # bench_model_facts takes what there is
+    assert main(["--gguf", bare]) == 2  # the estimate itself needs the widths: a TypeError escaped here
+    assert capsys.readouterr().err == ("estimate.py: %s: no llama.embedding_length, llama.attention.head_count in "
+                                       "the header; the estimate needs them\n" % bare)
+
+
+def test_command_line_damaged_file_is_one_line_and_no_traceback(tmp_path):
+    path = small_model(tmp_path / "whole.gguf")
+    flipped = bytearray(open(path, "rb").read())
+    flipped[field_offset(path, "tokenizer.ggml.tokens") + 4 + 8 + 5] ^= 0x01  # the first token's length
+    failed = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "estimate.py"), "--gguf",
+                             damaged(tmp_path, "flipped.gguf", flipped)], capture_output=True, text=True, check=False)
+    assert failed.returncode == 2 and failed.stdout == ""
+    [line] = failed.stderr.splitlines()
+    assert line.startswith("estimate.py: %s: " % (tmp_path / "flipped.gguf")) and "Traceback" not in failed.stderr
+
+
+def test_command_line_numbers_out_of_range(tmp_path, capsys):
+    path = header_only(tmp_path / "small.gguf", layers=2, embd=64, heads=4, heads_kv=4, context=512,
+                       tensors={"token_embd.weight": np.zeros((64, 64), dtype=np.float32)})
+    assert main(["--gguf", path, "--mem-gib", "1,1e999"]) == 2
+    assert "--mem-gib" in capsys.readouterr().err
+    assert main(["--gguf", path, "--mem-gib", "1e300", "--tps", "1e308"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["context_fit_tokens"] is None and result["link_mbit_s"] is None
+
+
+def test_header_facts_name_the_nodes_file(tmp_path):
+    path = small_model(tmp_path / "whole.gguf")
+    whole = open(path, "rb").read()
+    prefix = damaged(tmp_path, "prefix.gguf", whole[:100])
+    with pytest.raises(estimator.HeaderCut, match=r"^/models/m\.gguf: the first 100 bytes do not hold the whole GGUF "
+                                                  r"header \(reading "):
+        header_facts(prefix, len(whole), "/models/m.gguf")
+    other = damaged(tmp_path, "other.gguf", b"PK\x03\x04" + whole[4:])
+    with pytest.raises(estimator.GGUFError, match=r"^/models/m\.gguf: not a GGUF file") as caught:
+        header_facts(other, len(whole), "/models/m.gguf")
+    assert not isinstance(caught.value, estimator.HeaderCut)
+    # The bytes are the whole file, and it ends inside its header: no use fetching more.
+    with pytest.raises(estimator.GGUFTruncated, match=r"^/models/m\.gguf: truncated at offset 100 \(reading "):
+        header_facts(prefix, 100, "/models/m.gguf")
+    # The header promises more tensor data than the node's file has: the file there is cut short.
+    with pytest.raises(estimator.GGUFError,
+                       match=r"^/models/m\.gguf: truncated at offset 1000 \(tensor 'token_embd.weight' runs to offset "):
+        header_facts(damaged(tmp_path, "head.gguf", whole[:900]), 1000, "/models/m.gguf")
+
+
+def run_bench_model_facts(tmp_path, prefix, size):
+    """The bench_model_facts action on one model, its node side played by a copy of `prefix`."""
+    from unittest import mock
+
+    from ansible_collections.prima.cluster.plugins.action.bench_model_facts import ActionModule
+
+    task = mock.MagicMock(async_val=0, check_mode=False, args={
+        "models": {"m": {"path": "/models/m.gguf", "size": size, "total": size}}, "remote_dir": "/var/tmp"})
+    connection = mock.MagicMock()
+    connection.fetch_file.side_effect = lambda remote, local: open(local, "wb").write(open(prefix, "rb").read())
+    action = ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None)
+    action._low_level_execute_command = mock.MagicMock(return_value={"rc": 0, "stdout": "", "stderr": ""})
+    return action.run(task_vars={})
+
+
+def test_bench_model_facts_fails_in_one_line_on_any_damage(tmp_path):
+    from ansible.errors import AnsibleActionFail
+
+    path = small_model(tmp_path / "good.gguf")
+    facts = run_bench_model_facts(tmp_path, path, os.path.getsize(path))["ansible_facts"]["bench_model_facts"]["m"]
+    assert (facts["n_layer"], facts["n_embd"]) == (2, 64)
+    text = small_model(tmp_path / "text.gguf", embedding_length="8192")  # a TypeError escaped here
+    with pytest.raises(AnsibleActionFail) as caught:
+        run_bench_model_facts(tmp_path, text, os.path.getsize(text))
+    assert str(caught.value) == ("m: /models/m.gguf: llama.embedding_length is the text '8192', not a count")
+    cut = damaged(tmp_path, "cut.gguf", open(path, "rb").read()[:300])
+    with pytest.raises(AnsibleActionFail,
+                       match=r"^m: /models/m\.gguf: the first 300 bytes .*\(raise bench_header_mib\)$"):
+        run_bench_model_facts(tmp_path, cut, os.path.getsize(path))
+
+
+def test_a_byte_array_length_with_a_flipped_high_bit_fails_at_once(tmp_path):
+    # The gguf library walked such an array item by item, past the end of the file, for hours.
+    writer = gguf.GGUFWriter(str(tmp_path / "bytes.gguf"), "llama")
+    writer.add_block_count(2)
+    writer.add_array("x.bytes", [1, 2, 3])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    data = bytearray((tmp_path / "bytes.gguf").read_bytes())
+    length = data.index(b"x.bytes") + len("x.bytes") + 4 + 4
+    data[length + 5] = 1  # 3 -> 3 + 2**40
+    assert one_line_error(damaged(tmp_path, "flipped.gguf", data)) == (
+        "truncated at offset %d (reading the %d items of key 'x.bytes' at offset %d)"
+        % (len(data), 3 + 2 ** 40, length + 8))
