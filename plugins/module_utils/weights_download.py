@@ -154,8 +154,8 @@ class HubRedirectHandler(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
         target = urlsplit(urljoin(req.full_url, newurl))
         if urlsplit(req.full_url).scheme == "https" and target.scheme != "https":
-            raise DownloadError("%s redirects to %s, from https down to %s: refused" % (req.full_url, newurl,
-                                                                                     target.scheme))
+            raise DownloadError("%s redirects to %s, from https down to %s: refused"
+                                % (req.full_url, newurl, target.scheme))
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and self.token and (target.scheme, target.netloc) == (self.origin.scheme,
                                                                                  self.origin.netloc):
@@ -394,10 +394,9 @@ def _download_locked(url: str, dest: str, expected: Optional[str], expected_size
     digest = sha256_of(partial, lambda n: progress.update("verifying", progress.bytes + n, size))
     if expected and digest != expected:
         discard(partial, partial + META_SUFFIX)
+        source = " (from the %s)" % digest_source if digest_source else ""
         raise DownloadError("%s: sha256 of the downloaded %s is %s, expected %s%s; the download was removed and "
-                            "nothing was installed under %s" % (url, name, digest, expected,
-                                                               " (from the %s)" % digest_source if digest_source else "",
-                                                               dest))
+                            "nothing was installed under %s" % (url, name, digest, expected, source, dest))
     os.replace(partial, dest)
     discard(partial + META_SUFFIX)
     write_stamp(dest, digest)

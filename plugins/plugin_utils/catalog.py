@@ -129,9 +129,9 @@ def with_hub_metadata(files: Sequence[Mapping[str, Any]], metadata: Mapping[str,
         if record["digest_source"] == "lock" and record["commit"] and hub.get("revision_commit") \
                 and hub["revision_commit"] != record["commit"]:
             notices.append("NOTICE: %s@%s has moved to %s; %s holds %s to commit %s (sha256 %s). To take the new one, "
-                           "remove %s from the lock file" % (repo, record["revision"], hub["revision_commit"][:12],
-                                                           lock_file, record["name"], record["commit"][:12],
-                                                           record["sha256"][:12], record["lock_key"]))
+                           "remove %s from the lock file"
+                           % (repo, record["revision"], hub["revision_commit"][:12], lock_file, record["name"],
+                              record["commit"][:12], record["sha256"][:12], record["lock_key"]))
         if record["digest_source"] == "first download":
             if commit:
                 record["commit"] = commit

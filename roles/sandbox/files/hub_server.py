@@ -161,8 +161,7 @@ class Handler(BaseHTTPRequestHandler):
         meta = repo.meta(commit)
         entry = meta["files"].get(name)
         if entry is None:
-            return self._reply(404, b"entry not found\n", {"X-Error-Code": "EntryNotFound",
-                                                            "X-Repo-Commit": commit})
+            return self._reply(404, b"entry not found\n", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit})
         headers = {"X-Repo-Commit": commit}
         if name in meta["no_lfs"]:
             headers["ETag"] = '"%s"' % git_blob_id(repo.path(commit, name))
