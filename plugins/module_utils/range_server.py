@@ -112,17 +112,21 @@ def open_regular(root: str, name: str) -> Optional[BinaryIO]:
     return os.fdopen(descriptor, "rb")
 
 
-def copy_completed(status: int, range_header: Optional[str], last: int, size: int, sent: int,
-                   length: int) -> bool:
+def copy_completed(status: int, last: int, size: int, sent: int, length: int) -> bool:
     """Whether a response leaves its client holding the whole file.
 
     A resuming client asks `bytes=K-` because it holds the first K bytes, so a response that sends
     everything up to the file's end completes a copy, however many attempts came before. The peers
     cannot be told apart by address (through SSH they all come from the loopback), so copies are counted.
+    Nothing else counts (a 416 makes the downloader start over): a copy missed leaves the stop to the
+    guard, one counted twice could stop the server while a peer still needs it.
     """
-    if status in (200, 206):
-        return sent == length and last == size - 1
-    return status == 416 and (range_header or "").strip() == "bytes=%d-" % size
+    return status in (200, 206) and sent == length and last == size - 1
+
+
+def entity_tag(info: os.stat_result) -> str:
+    """A strong ETag: the downloader sends it back in If-Range, so bytes of a changed file are never spliced."""
+    return '"%x-%x-%x"' % (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def connection_cap(requested: int, fd_limit: int) -> int:
@@ -216,8 +220,11 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(404, "missing, a symlink or not a regular file")
             return
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-            range_header = self.headers.get("Range")
+            info = os.fstat(handle.fileno())
+            size, etag = info.st_size, entity_tag(info)
+            # RFC 9110: an If-Range that is not the file's current ETag asks for the whole file.
+            if_range = self.headers.get("If-Range")
+            range_header = self.headers.get("Range") if if_range in (None, etag) else None
             try:
                 wanted = parse_range(range_header, size)
             except ValueError as error:
@@ -225,7 +232,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", "bytes */%d" % size)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                self._done(name, 416, range_header, -1, size, 0, 0, why=str(error))
+                self._done(name, 416, -1, size, 0, 0, why=str(error))
                 return
             first, last = wanted if wanted else (0, size - 1)
             length = last - first + 1
@@ -234,11 +241,12 @@ class Handler(BaseHTTPRequestHandler):
             if wanted:
                 self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, size))
             self.send_header("Accept-Ranges", "bytes")
+            self.send_header("ETag", etag)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(length))
             self.end_headers()
             sent = self._send_body(handle, first, length) if send_body else 0
-        self._done(name, status, range_header, last, size, sent, length)
+        self._done(name, status, last, size, sent, length)
 
     def _send_body(self, handle: BinaryIO, first: int, length: int) -> int:
         sent = 0
@@ -254,9 +262,9 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         return sent
 
-    def _done(self, name: str, status: int, range_header: Optional[str], last: int, size: int, sent: int,
-              length: int, why: Optional[str] = None) -> None:
-        if self.command == "GET" and copy_completed(status, range_header, last, size, sent, length):
+    def _done(self, name: str, status: int, last: int, size: int, sent: int, length: int,
+              why: Optional[str] = None) -> None:
+        if self.command == "GET" and copy_completed(status, last, size, sent, length):
             self.server.transfer.copy_sent(name)
         self._log(status, sent, size, why)
 
