@@ -1,26 +1,51 @@
-"""The weights on the sandbox: one download per cluster, resume, corruption, bad bytes, disk.
+"""The weights on the sandbox: one download per cluster, resume, corruption, bad bytes, disk, what the hub says.
 
-The sandbox's hub (its own namespace, 10.77.0.2:8088) logs every response it serves,
-so each test can count the bytes that crossed the hub link.
+The sandbox's hub (its own namespace, 10.77.0.2:8088, roles/sandbox/files/hub_server.py)
+logs every response it serves, so each test can count the bytes that crossed the hub link.
 """
 
 import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
 import ansible_runner
 import pytest
+import yaml
 
 from conftest import NODES, REPO, SANDBOX_INVENTORY, local_fact, node, run_playbook, write_figures
 
 HUB_LOG = "/var/lib/prima-sandbox/hub-requests.log"
 HUB_DIR = "/var/cache/prima-sandbox/hub"
 LOCK = "/var/lib/prima-sandbox/models.lock.json"
-TINY = os.path.join(HUB_DIR, "sandbox/tiny/resolve/main/tiny.gguf")
 NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+HUB_SERVER = os.path.join(REPO, "roles/sandbox/files/hub_server.py")
+
+
+def hub_commit(repo, ref="main"):
+    with open(os.path.join(HUB_DIR, repo, "refs", ref)) as handle:
+        return handle.read().strip()
+
+
+def hub_file(repo, name, ref="main"):
+    return os.path.join(HUB_DIR, repo, "commits", hub_commit(repo, ref), name)
+
+
+def publish(repo, files, *options):
+    """A new commit of `repo` on the sandbox hub holding `files` ({name: bytes}); main moves to it."""
+    staging = tempfile.mkdtemp(prefix="hub-staging-")
+    for name, data in files.items():
+        with open(os.path.join(staging, name), "wb") as handle:
+            handle.write(data)
+    done = subprocess.run([sys.executable, HUB_SERVER, "publish", "--repo-dir", os.path.join(HUB_DIR, repo),
+                           "--from", staging] + list(options), check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+TINY = hub_file("sandbox/tiny", "tiny.gguf")
 
 
 def hub_records():
@@ -29,7 +54,9 @@ def hub_records():
 
 
 def served_since(mark, name):
-    return [record for record in hub_records()[mark:] if record["path"].endswith("/" + name)]
+    """The downloads of `name` (the CDN's answers; the hub's own 302s and HEADs carry no bytes)."""
+    return [record for record in hub_records()[mark:]
+            if record["path"].startswith("/cdn/") and record["path"].endswith("/" + name)]
 
 
 def sha256_file(path):
@@ -74,9 +101,9 @@ def hub_shaping():
 def test_site_put_verified_tiny_on_every_node_with_one_hub_download(site_runs):
     assert_tiny_everywhere()
     with open(LOCK) as handle:
-        assert json.load(handle)["sandbox/tiny@main/tiny.gguf"] == sha256_file(TINY)
-    cold = [record for record in hub_records() if record["path"].endswith("/tiny.gguf")]
-    assert sum(record["bytes"] for record in cold) == os.path.getsize(TINY)
+        assert json.load(handle)["sandbox/tiny@main/tiny.gguf"] == {
+            "sha256": sha256_file(TINY), "commit": hub_commit("sandbox/tiny"), "size": os.path.getsize(TINY)}
+    assert sum(record["bytes"] for record in served_since(0, "tiny.gguf")) == os.path.getsize(TINY)
 
 
 def test_rerun_downloads_nothing(site_runs):
@@ -137,23 +164,84 @@ def test_flipped_byte_is_detected_and_fetched_again(site_runs):
     assert served_since(mark, "tiny.gguf") == [], "the repair came from the hub, not from the source node"
 
 
-def test_hub_serving_wrong_bytes_fails_and_installs_nothing(site_runs, tmp_path):
-    bad_dir = os.path.join(HUB_DIR, "sandbox/tiny-bad/resolve/main")
-    os.makedirs(bad_dir, exist_ok=True)
-    with open(TINY, "rb") as source, open(os.path.join(bad_dir, "bad.gguf"), "wb") as target:
-        data = bytearray(source.read())
-        data[len(data) // 2] ^= 0xFF
-        target.write(data)
-    catalog = {"tiny-bad": {"hub_repo": "sandbox/tiny-bad", "revision": "main", "n_layer": 8,
-                            "files": [{"name": "bad.gguf", "size": len(data), "sha256": sha256_file(TINY)}]}}
-    run = run_playbook("playbooks/models.yml", extravars={"models_extra_catalog": catalog, "model": "tiny-bad"},
-                       label="models-wrong-bytes")
+def said(run, text):
+    """Whether the run's output holds `text`, however the YAML callback wrapped its lines."""
+    return " ".join(text.split()) in " ".join(run.stdout.split())
+
+
+def inventory_catalog(**extra):
+    with open(os.path.join(REPO, "inventory/group_vars/sandbox.yml")) as handle:
+        catalog = yaml.safe_load(handle)["models_extra_catalog"]
+    catalog.update(extra)
+    return catalog
+
+
+def small_model(repo, name, data, sha256=None):
+    return {"hub_repo": repo, "revision": "main", "n_layer": 8,
+            "files": [{"name": name, "size": len(data), "sha256": sha256}]}
+
+
+def test_a_hub_whose_digest_disagrees_fails_and_installs_nothing(site_runs):
+    with open(TINY, "rb") as source:
+        data = bytearray(source.read(4 << 20))
+    data[len(data) // 2] ^= 0xFF
+    honest = hashlib.sha256(data).hexdigest()
+    claimed = hashlib.sha256(bytes(4 << 20)).hexdigest()
+    publish("sandbox/liar", {"liar.gguf": bytes(data)}, "--claim", "liar.gguf=" + claimed)
+    catalog = inventory_catalog(liar=small_model("sandbox/liar", "liar.gguf", data))
+    # The hub's X-Linked-Etag is what the bytes are checked against: they do not match it.
+    run = run_playbook("playbooks/models.yml", extravars={"models_extra_catalog": catalog, "model": "liar"},
+                       label="models-lying-hub")
     assert run.status == "failed", run.describe()
-    assert "sha256 of the downloaded bad.gguf is" in run.stdout and sha256_file(TINY) in run.stdout
+    assert said(run, "sha256 of the downloaded liar.gguf is %s, expected %s (from the hub)" % (honest, claimed))
+    # A catalog pin the hub disagrees with stops the run before any byte is fetched.
+    mark = len(hub_records())
+    catalog["liar"]["files"][0]["sha256"] = honest
+    run = run_playbook("playbooks/models.yml", extravars={"models_extra_catalog": catalog, "model": "liar"},
+                       label="models-hub-disagrees")
+    assert run.status == "failed", run.describe()
+    assert said(run, "the hub says its sha256 is %s, the catalog says %s; nothing was downloaded" % (claimed, honest))
+    assert served_since(mark, "liar.gguf") == []
     for name in NODES:
         host = node(name)
-        assert not host.file("/opt/models/bad.gguf").exists, name
-        assert not host.file("/opt/models/bad.gguf.partial").exists, name
+        assert not host.file("/opt/models/liar.gguf").exists, name
+        assert not host.file("/opt/models/liar.gguf.partial").exists, name
+
+
+def test_a_moving_repository_is_held_to_the_locked_commit(site_runs, tmp_path):
+    """And a file without LFS headers is pinned by its first download, with a NOTICE."""
+    first, moved, plain = os.urandom(1 << 20), os.urandom(1 << 20), os.urandom(1 << 19)
+    first_commit = publish("sandbox/moving", {"moving.gguf": first})
+    plain_commit = publish("sandbox/plain", {"plain.gguf": plain}, "--no-lfs", "plain.gguf")
+    catalog = inventory_catalog(moving=small_model("sandbox/moving", "moving.gguf", first),
+                                plain=small_model("sandbox/plain", "plain.gguf", plain))
+    lock = str(tmp_path / "models.lock.json")
+    extravars = {"models_extra_catalog": catalog, "model": "moving,plain", "models_lock_file": lock}
+    try:
+        run = run_playbook("playbooks/models.yml", extravars=extravars, label="models-moving-first")
+        assert run.status == "successful", run.describe()
+        assert said(run, "NOTICE: plain.gguf (sandbox/plain at %s): the hub gives no LFS digest (X-Linked-Etag)"
+                    % plain_commit[:12])
+        with open(lock) as handle:
+            assert json.load(handle) == {
+                "sandbox/moving@main/moving.gguf": {"sha256": hashlib.sha256(first).hexdigest(),
+                                                    "commit": first_commit, "size": len(first)},
+                "sandbox/plain@main/plain.gguf": {"sha256": hashlib.sha256(plain).hexdigest(),
+                                                  "commit": plain_commit, "size": len(plain)}}
+        moved_commit = publish("sandbox/moving", {"moving.gguf": moved})
+        node("n0").run_expect([0], "rm -f /opt/models/moving.gguf /opt/models/moving.gguf.verified")
+        mark = len(hub_records())
+        run = run_playbook("playbooks/models.yml", extravars=extravars, label="models-moving-held")
+        assert run.status == "successful", run.describe()
+        assert said(run, "NOTICE: sandbox/moving@main has moved to %s; %s holds moving.gguf to commit %s"
+                    % (moved_commit[:12], lock, first_commit[:12]))
+        assert [record["path"] for record in served_since(mark, "moving.gguf")] == \
+            ["/cdn/sandbox/moving/%s/moving.gguf" % first_commit]
+        for name in NODES:
+            assert node(name).file("/opt/models/moving.gguf").sha256sum == hashlib.sha256(first).hexdigest()
+    finally:
+        for name in NODES:
+            node(name).run("rm -f /opt/models/moving.gguf* /opt/models/plain.gguf*")
 
 
 def test_too_little_disk_fails_before_any_download(site_runs):
@@ -183,8 +271,8 @@ def test_two_part_model(site_runs):
     with open(LOCK) as handle:
         lock = json.load(handle)
     for part in parts:
-        digest = sha256_file(os.path.join(HUB_DIR, "sandbox/tiny-split/resolve/main", part))
-        assert lock["sandbox/tiny-split@main/" + part] == digest
+        digest = sha256_file(hub_file("sandbox/tiny-split", part))
+        assert lock["sandbox/tiny-split@main/" + part]["sha256"] == digest
         assert len(served_since(mark, part)) == 1
         for name in NODES:
             assert node(name).file("/opt/models/" + part).sha256sum == digest
