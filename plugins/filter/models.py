@@ -3,7 +3,8 @@
 from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (catalog_problems,
                                                                             catalog_problems_detailed,
                                                                             digest_conflicts, disk_problem,
-                                                                            fact_entries, hub_query, lock_updates,
+                                                                            fact_entries, hub_query, lock_problems,
+                                                                            lock_updates, parse_lock,
                                                                             merged_catalog, models_files,
                                                                             models_selection, with_hub_metadata)
 
@@ -17,6 +18,8 @@ class FilterModule:
             "models_files": models_files,
             "models_catalog_problems": catalog_problems_detailed,
             "models_lock_updates": lock_updates,
+            "models_lock_problems": lock_problems,
+            "models_parse_lock": parse_lock,
             "models_hub_query": hub_query,
             "models_with_hub_metadata": with_hub_metadata,
             "models_digest_conflicts": digest_conflicts,

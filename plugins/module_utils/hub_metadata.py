@@ -7,6 +7,7 @@ LFS) answers only its git blob id as ETag: no sha256, so the caller falls back t
 pinning the first download.
 """
 
+import http.client
 import re
 import urllib.error
 import urllib.request
@@ -82,6 +83,9 @@ def head(url: str, token: Optional[str] = None, timeout: float = 30.0) -> Dict[s
         except (OSError, urllib.error.URLError) as error:
             raise HubError("%s: the hub did not answer (%s); check models_hub_endpoint and the node's network"
                            % (url, getattr(error, "reason", error)))
+        except (http.client.HTTPException, ValueError) as error:
+            raise HubError("%s: not an answer of the hub (%s: %s); check models_hub_endpoint"
+                           % (url, type(error).__name__, str(error)[:200]))
         location = headers.get("Location")
         if 300 <= status < 400 and location and not headers.get("X-Repo-Commit"):
             target = urljoin(url, location)

@@ -40,26 +40,54 @@ def file_identity(path: str) -> Dict[str, int]:
             "inode": info.st_ino}
 
 
-def read_stamp(dest: str) -> Optional[Dict[str, object]]:
+def read_json_object(path: str) -> Dict[str, Any]:
+    """A small JSON object file of ours; {} for anything else (missing, garbage, another shape, a link)."""
     try:
-        with open(dest + STAMP_SUFFIX) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+        if os.path.islink(path) or os.path.getsize(path) > 65536:
+            return {}
+        with open(path) as handle:
+            value = json.load(handle)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def remove_entry(path: str) -> None:
+    """Remove a file or a link (never what a link points to); a directory there is a DownloadError."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise DownloadError("%s is a directory; remove it, the weights file goes there" % path)
+    if os.path.lexists(path):
+        os.remove(path)
+
+
+def open_new(path: str, mode: str = "w"):
+    """A new file at `path`, never through a link someone left there (O_EXCL | O_NOFOLLOW)."""
+    remove_entry(path)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(descriptor, mode)
+
+
+def write_json_atomically(path: str, value: Mapping[str, Any]) -> None:
+    temporary = path + ".tmp"
+    with open_new(temporary) as handle:
+        json.dump(dict(value), handle, sort_keys=True)
+    if os.path.isdir(path) and not os.path.islink(path):
+        remove_entry(path)  # raises, naming the directory
+    os.replace(temporary, path)
+
+
+def read_stamp(dest: str) -> Optional[Dict[str, object]]:
+    return read_json_object(dest + STAMP_SUFFIX) or None
 
 
 def write_stamp(dest: str, digest: str) -> None:
-    stamp = dict(file_identity(dest), sha256=digest)
-    temporary = dest + STAMP_SUFFIX + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(stamp, handle, sort_keys=True)
-    os.replace(temporary, dest + STAMP_SUFFIX)
+    write_json_atomically(dest + STAMP_SUFFIX, dict(file_identity(dest), sha256=digest))
 
 
 def stamp_still_valid(dest: str, expected: Optional[str]) -> Optional[str]:
     """The stamped digest when the file is unchanged since it was verified, else None."""
     stamp = read_stamp(dest)
-    if not stamp or not os.path.exists(dest):
+    if not stamp or not os.path.isfile(dest) or os.path.islink(dest):
         return None
     identity = file_identity(dest)
     if any(stamp.get(key) != value for key, value in identity.items()):
@@ -102,10 +130,7 @@ class Progress:
             record = {"file": self.name, "state": state, "bytes": bytes_done, "total": total,
                       "percent": round(100.0 * bytes_done / total, 1) if total else None,
                       "elapsed_s": round(elapsed, 1), "rate_bytes_s": round(bytes_done / elapsed)}
-            temporary = self.path + ".tmp"
-            with open(temporary, "w") as handle:
-                json.dump(record, handle)
-            os.replace(temporary, self.path)
+            write_json_atomically(self.path, record)
 
 
 class PartialLock:
@@ -121,7 +146,10 @@ class PartialLock:
         self.handle = None  # type: Optional[Any]
 
     def __enter__(self) -> "PartialLock":
-        self.handle = open(self.path, "a+")
+        if os.path.islink(self.path):
+            os.remove(self.path)  # never open, let alone write, what a link there points to
+        descriptor = os.open(self.path, os.O_RDONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        self.handle = os.fdopen(descriptor)
         while True:
             try:
                 fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -130,10 +158,6 @@ class PartialLock:
                 self.progress.update("waiting for another download of this file", self.progress.bytes,
                                      self.progress.total)
                 time.sleep(self.poll)
-        self.handle.seek(0)
-        self.handle.truncate()
-        self.handle.write("%d\n" % os.getpid())
-        self.handle.flush()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -153,6 +177,8 @@ class HubRedirectHandler(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
         target = urlsplit(urljoin(req.full_url, newurl))
+        if target.scheme not in ("http", "https"):
+            raise DownloadError("%s redirects to %s: only http and https are followed" % (req.full_url, newurl))
         if urlsplit(req.full_url).scheme == "https" and target.scheme != "https":
             raise DownloadError("%s redirects to %s, from https down to %s: refused"
                                 % (req.full_url, newurl, target.scheme))
@@ -189,34 +215,27 @@ def parse_content_length(url: str, value: Optional[str]) -> Optional[int]:
     return int(value.strip())
 
 
-def _strong_validator(headers: Any) -> Optional[str]:
-    """What If-Range may carry: a strong ETag, else Last-Modified."""
-    etag = headers.get("ETag")
-    if etag and not etag.startswith("W/"):
-        return etag
-    return headers.get("Last-Modified")
+HEADER_VALUE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,254}$")
+
+
+def strong_etag(value: Any) -> Optional[str]:
+    """A strong ETag fit for If-Range; None for a weak, missing or malformed one."""
+    if isinstance(value, str) and HEADER_VALUE.match(value) and value.startswith('"') and value.endswith('"'):
+        return value
+    return None
 
 
 def read_partial_meta(partial: str) -> Dict[str, Any]:
-    try:
-        with open(partial + META_SUFFIX) as handle:
-            meta = json.load(handle)
-        return meta if isinstance(meta, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return read_json_object(partial + META_SUFFIX)
 
 
 def write_partial_meta(partial: str, meta: Mapping[str, Any]) -> None:
-    temporary = partial + META_SUFFIX + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(dict(meta), handle, sort_keys=True)
-    os.replace(temporary, partial + META_SUFFIX)
+    write_json_atomically(partial + META_SUFFIX, meta)
 
 
 def discard(*paths: str) -> None:
     for path in paths:
-        if os.path.exists(path):
-            os.remove(path)
+        remove_entry(path)
 
 
 def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress, token: Optional[str] = None,
@@ -228,7 +247,9 @@ def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress,
     Raises DownloadError for answers retrying cannot change, OSError/URLError for the rest.
     """
     meta = dict(meta or {})
-    validator = meta.get("validator")
+    validator = strong_etag(meta.get("validator"))
+    if os.path.islink(partial) or (os.path.lexists(partial) and not validator):
+        discard(partial)  # bytes no strong ETag vouches for are never resumed: splicing two versions is worse
     offset = os.path.getsize(partial) if os.path.exists(partial) else 0
     if expected_size is not None and offset > expected_size:
         discard(partial)
@@ -239,11 +260,10 @@ def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress,
     if token:
         request.add_unredirected_header("Authorization", "Bearer %s" % token)
     if offset:
+        # Bytes of a file that changed upstream are never spliced onto the old ones: with a
+        # changed ETag the server answers 200 and the download starts over.
         request.add_header("Range", "bytes=%d-" % offset)
-        if validator:
-            # Bytes of a file that changed upstream are never spliced onto the old ones: with a
-            # changed validator the server answers 200 and the download starts over.
-            request.add_header("If-Range", validator)
+        request.add_header("If-Range", validator)
     try:
         response = opener_for(url, token).open(request, timeout=timeout)
     except urllib.error.HTTPError as error:
@@ -264,6 +284,10 @@ def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress,
         length = parse_content_length(url, response.headers.get("Content-Length"))
         total = None  # type: Optional[int]
         if status == 206 and offset:
+            if strong_etag(response.headers.get("ETag")) != validator:
+                discard(partial)
+                raise OSError("%s answered bytes of another version (ETag %s, the partial file has %s) to If-Range; "
+                              "starting over" % (url, response.headers.get("ETag"), validator))
             first, last, total = parse_content_range(url, response.headers.get("Content-Range"))
             if first != offset:
                 discard(partial)
@@ -283,19 +307,24 @@ def fetch_to_partial(url: str, partial: str, timeout: float, progress: Progress,
             discard(partial)
             raise DownloadError("%s says the file has %d bytes, %d expected; nothing was installed"
                                 % (url, total, expected_size))
-        meta["validator"] = _strong_validator(response.headers)
-        write_partial_meta(partial, meta)
         received = 0
         limit = expected_size if expected_size is not None else total
-        with open(partial, "r+b" if offset else "wb") as handle:
+        if offset:
+            handle = os.fdopen(os.open(partial, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)), "r+b")
+        else:
+            handle = open_new(partial, "wb")
+        with handle:
             handle.seek(offset)
             handle.truncate()
+            # Only now, with the old bytes cut off, may the new version's ETag vouch for the file.
+            meta["validator"] = strong_etag(response.headers.get("ETag"))
+            write_partial_meta(partial, meta)
             while True:
                 chunk = response.read(CHUNK)
                 if not chunk:
                     break
                 if limit is not None and offset + received + len(chunk) > limit:
-                    handle.close()
+                    handle.truncate(0)
                     discard(partial)
                     raise DownloadError("%s sent more than the %d bytes expected; the download was removed"
                                         % (url, limit))
@@ -315,12 +344,12 @@ def verify_only(dest: str, expected_sha256: Optional[str]) -> Dict[str, object]:
     Without an expected digest nothing is verified: the hub is asked first.
     """
     expected = expected_sha256.lower() if expected_sha256 else None
-    if expected is None:
+    if expected is None or os.path.islink(dest) or not os.path.isfile(dest):
         return {"changed": False, "verified": False, "sha256": None, "verified_by": None}
     stamped = stamp_still_valid(dest, expected)
     if stamped:
         return {"changed": False, "verified": True, "sha256": stamped, "verified_by": "stamp"}
-    if os.path.exists(dest) and sha256_of(dest) == expected:
+    if sha256_of(dest) == expected:
         return {"changed": False, "verified": True, "sha256": expected, "verified_by": "hash"}
     return {"changed": False, "verified": False, "sha256": None, "verified_by": None}
 
@@ -332,6 +361,8 @@ def download_verified(url: str, dest: str, expected_sha256: Optional[str] = None
     """Make `dest` a verified copy of `url`; see the module docstring. Returns a summary."""
     expected = expected_sha256.lower() if expected_sha256 else None
     expected_size = expected_size or None
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise DownloadError("%s cannot be fetched: only http and https URLs are" % url)
     name = os.path.basename(dest)
     progress = Progress(progress_path, name)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
@@ -350,11 +381,14 @@ def _download_locked(url: str, dest: str, expected: Optional[str], expected_size
         return {"changed": False, "sha256": stamped, "size": os.path.getsize(dest), "verified_by": "stamp",
                 "downloaded_bytes": 0, "resumed_from": None, "replaced_corrupt": False}
     replaced_corrupt = False
-    if os.path.exists(dest):
+    if os.path.islink(dest) or os.path.isdir(dest):
+        remove_entry(dest)  # a directory: a DownloadError naming it; a link: never followed
+    elif os.path.exists(dest):
         size = os.path.getsize(dest)
-        if expected_size is None or size == expected_size:
+        # Without a digest there is nothing to check a file found there against: fetch it.
+        if expected is not None and (expected_size is None or size == expected_size):
             digest = sha256_of(dest, lambda n: progress.update("hashing", progress.bytes + n, size))
-            if expected is None or digest == expected:
+            if digest == expected:
                 write_stamp(dest, digest)
                 progress.update("done", size, size, force=True)
                 return {"changed": True, "sha256": digest, "size": size, "verified_by": "hash",
@@ -365,7 +399,7 @@ def _download_locked(url: str, dest: str, expected: Optional[str], expected_size
     partial = dest + PARTIAL_SUFFIX
     wanted = {"url": url, "sha256": expected, "size": expected_size}
     meta = read_partial_meta(partial)
-    if os.path.exists(partial) and {key: meta.get(key) for key in wanted} != wanted:
+    if os.path.lexists(partial) and {key: meta.get(key) for key in wanted} != wanted:
         discard(partial)  # a partial file of other bytes (another commit, another digest): never resumed
         meta = {}
     write_partial_meta(partial, dict(wanted, validator=meta.get("validator")))
@@ -380,10 +414,13 @@ def _download_locked(url: str, dest: str, expected: Optional[str], expected_size
             break
         except DownloadError:
             raise
+        except (http.client.InvalidURL, ValueError) as error:
+            raise DownloadError("%s cannot be fetched: %s" % (url, error))
         except (OSError, urllib.error.URLError, socket.timeout, http.client.HTTPException) as error:
             if attempt == retries:
-                raise DownloadError("%s: gave up after %d attempts; last error: %s. The partial file %s is kept "
-                                    "and the next run resumes it" % (url, retries + 1, error, partial))
+                kept = (" The partial file %s is kept and the next run resumes it." % partial
+                        if os.path.exists(partial) else "")
+                raise DownloadError("%s: gave up after %d attempts; last error: %s.%s" % (url, retries + 1, error, kept))
             time.sleep(retry_delay * (attempt + 1))
     size = os.path.getsize(partial)
     if expected_size is not None and size != expected_size:

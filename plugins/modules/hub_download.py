@@ -127,6 +127,8 @@ def main():
                                    expected_size=params["size"] or None, digest_source=params["digest_source"])
     except DownloadError as error:
         module.fail_json(msg=str(error), dest=params["dest"])
+    except OSError as error:
+        module.fail_json(msg="%s: %s; nothing was installed under it" % (params["dest"], error), dest=params["dest"])
     module.exit_json(dest=params["dest"], **result)
 
 

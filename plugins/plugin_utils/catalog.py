@@ -1,5 +1,6 @@
 """The model catalog: which weights a run needs, where they come from, and what they must hash to."""
 
+import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -45,14 +46,58 @@ def lock_key(entry: Mapping[str, Any], file_name: str) -> str:
     return "%s@%s/%s" % (entry["hub_repo"], entry.get("revision", "main"), file_name)
 
 
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
 def lock_entry(lock: Optional[Mapping[str, Any]], key: str) -> Dict[str, Any]:
-    """{sha256, commit, size} of a lock entry; an entry of 1.x is the bare digest."""
+    """{sha256, commit, size} of a lock entry (lock_problems has checked it); an entry of 1.x is the bare digest."""
     value = (lock or {}).get(key)
     if isinstance(value, str):
-        return {"sha256": value, "commit": None, "size": None}
+        return {"sha256": value.strip().lower(), "commit": None, "size": None}
     if isinstance(value, Mapping):
-        return {"sha256": value.get("sha256"), "commit": value.get("commit"), "size": value.get("size")}
+        commit = value.get("commit")
+        return {"sha256": str(value.get("sha256") or "").strip().lower() or None,
+                "commit": commit.strip().lower() if isinstance(commit, str) and commit.strip() else None,
+                "size": value.get("size")}
     return {}
+
+
+def parse_lock(text: str) -> Any:
+    """The lock file's JSON; the text itself when it is not JSON (lock_problems then names the file)."""
+    try:
+        return json.loads(text) if text.strip() else {}
+    except (ValueError, RecursionError):
+        return text
+
+
+def lock_problems(lock: Any, lock_file: str) -> List[str]:
+    """Every lock entry that is not {sha256, commit, size} (or a bare sha256), named, with the fix.
+
+    A broken entry is never read as no entry: that would let a moved repository in unnoticed.
+    """
+    if not isinstance(lock, Mapping):
+        return ["%s is not a JSON object of '<repo>@<revision>/<file>': {sha256, commit, size}; restore it from "
+                "version control, or remove it to pin every file afresh" % lock_file]
+    problems = []  # type: List[str]
+    for key, value in sorted(lock.items(), key=lambda item: str(item[0])):
+        fix = "fix or remove that entry of %s (the next run pins the file afresh)" % lock_file
+        if isinstance(value, str):
+            if not SHA256.match(value.strip().lower()):
+                problems.append("%s: %s is %s, not a sha256; %s" % (lock_file, shown(key), shown(value), fix))
+            continue
+        if not isinstance(value, Mapping):
+            problems.append("%s: %s is %s, not {sha256, commit, size}; %s" % (lock_file, shown(key), shown(value),
+                                                                              fix))
+            continue
+        digest, commit, size = value.get("sha256"), value.get("commit"), value.get("size")
+        if not isinstance(digest, str) or not SHA256.match(digest.strip().lower()):
+            problems.append("%s: %s has sha256 %s, not 64 hex digits; %s" % (lock_file, shown(key), shown(digest), fix))
+        if commit is not None and not (isinstance(commit, str) and COMMIT.match(commit.strip().lower())):
+            problems.append("%s: %s has commit %s, not a 40-digit hub commit id; %s"
+                            % (lock_file, shown(key), shown(commit), fix))
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            problems.append("%s: %s has size %s, not a size in bytes; %s" % (lock_file, shown(key), shown(size), fix))
+    return problems
 
 
 def resolve_url(endpoint: str, repo: str, revision: str, name: str) -> str:
@@ -117,6 +162,12 @@ def with_hub_metadata(files: Sequence[Mapping[str, Any]], metadata: Mapping[str,
         repo = record["lock_key"].split("@", 1)[0]
         where = "%s (%s at %s)" % (record["name"], repo, (hub.get("commit") or record["revision"])[:12])
         digest, size, commit = hub.get("sha256"), hub.get("size"), hub.get("commit")
+        if record["commit"] and commit and commit != record["commit"]:
+            problems.append("%s: asked for commit %s, the hub answered for commit %s; nothing was downloaded. Check "
+                            "models_hub_endpoint (a mirror that ignores commits?)" % (where, record["commit"], commit))
+        if size == 0:
+            problems.append("%s: the hub says the file is empty (0 bytes); check the catalog's file name and the "
+                            "repository" % where)
         if digest and record["sha256"] and digest != record["sha256"]:
             if record["digest_source"] == "catalog":
                 fix = "correct its sha256 in the model catalog, or pin the catalog entry's revision to the commit you want"

@@ -3,13 +3,15 @@
 import hashlib
 import json
 import os
+import socket
+import threading
 import urllib.request
 
 import pytest
 
 from ansible_collections.prima.cluster.plugins.module_utils.hub_metadata import HubError, head, parse_file_metadata
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (hub_query, lock_updates, models_files,
-                                                                            with_hub_metadata)
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (hub_query, lock_problems, lock_updates,
+                                                                            models_files, parse_lock, with_hub_metadata)
 from test_weights_download import hub_server, serve
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64
@@ -155,3 +157,78 @@ def test_published_commit_is_reproducible(hub):
     assert hub() == hub()
     assert hub(OTHER) != hub()
     assert os.path.basename(head(hub.base + "/org/repo/resolve/main/m.gguf")["commit"]) == hub()
+
+
+def raw_server(payload):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+
+    def answer():
+        while True:
+            try:
+                connection, dummy = listener.accept()
+            except OSError:
+                return
+            try:
+                connection.recv(65536)
+                connection.sendall(payload)
+            except OSError:
+                pass
+            connection.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    return listener, "http://127.0.0.1:%d" % listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("payload", [
+    b"HELLO GARBAGE\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: 1\r\n" % index for index in range(150)) + b"\r\n",
+])
+def test_garbage_from_the_hub_is_a_hub_error(payload):
+    listener, base = raw_server(payload)
+    try:
+        with pytest.raises(HubError, match="not an answer of the hub"):
+            head(base + "/org/repo/resolve/main/m.gguf", timeout=2)
+    finally:
+        listener.close()
+
+
+def test_a_url_with_a_space_is_a_hub_error():
+    with pytest.raises(HubError, match="not an answer of the hub"):
+        head("http://127.0.0.1:9/org/repo/resolve/main/a b.gguf")
+
+
+@pytest.mark.parametrize("lock, problem", [
+    ([], "is not a JSON object"),
+    ("{not json", "is not a JSON object"),
+    ({"org/repo@main/m.gguf": None}, "is 'None', not {sha256, commit, size}"),
+    ({"org/repo@main/m.gguf": ["1" * 64, "a" * 40]}, "not {sha256, commit, size}"),
+    ({"org/repo@main/m.gguf": 7}, "is '7', not"),
+    ({"org/repo@main/m.gguf": "abc"}, "is 'abc', not a sha256"),
+    ({"org/repo@main/m.gguf": {"sha256": 5}}, "has sha256 '5', not 64 hex digits"),
+    ({"org/repo@main/m.gguf": {"sha256": DIGEST, "commit": "main"}}, "has commit 'main', not a 40-digit"),
+    ({"org/repo@main/m.gguf": {"sha256": DIGEST, "commit": "a" * 40 + "\n"}}, None),
+    ({"org/repo@main/m.gguf": {"sha256": DIGEST, "size": "abc"}}, "has size 'abc', not a size in bytes"),
+    ({"org/repo@main/m.gguf": {"sha256": " " + DIGEST.upper(), "commit": "A" * 40, "size": 9}}, None),
+])
+def test_a_broken_lock_entry_stops_the_run_naming_it(lock, problem):
+    problems = lock_problems(parse_lock(lock) if isinstance(lock, str) else lock, LOCK_FILE)
+    if problem is None:
+        assert problems == []
+        [record] = files(lock)
+        assert record["sha256"] == DIGEST and "\n" not in record["url"] and record["url"].count("a" * 40) <= 1
+    else:
+        [message] = problems
+        assert problem in message and LOCK_FILE in message
+
+
+def test_a_hub_answering_for_another_commit_or_an_empty_file_stops_the_run():
+    locked = files({"org/repo@main/m.gguf": {"sha256": DIGEST, "commit": "a" * 40, "size": len(PAYLOAD)}})
+    [problem] = with_hub_metadata(locked, {"m.gguf": {"commit": "b" * 40, "sha256": DIGEST, "size": len(PAYLOAD)}},
+                                  "http://hub", LOCK_FILE)["problems"]
+    assert "asked for commit %s, the hub answered for commit %s" % ("a" * 40, "b" * 40) in problem
+    [problem] = with_hub_metadata(files(), {"m.gguf": {"commit": "c" * 40, "sha256": DIGEST, "size": 0}},
+                                  "http://hub", LOCK_FILE)["problems"]
+    assert "the hub says the file is empty" in problem

@@ -217,7 +217,8 @@ def test_a_lying_server_never_gets_a_file_installed(scripted, tmp_path, reply, m
 @pytest.mark.parametrize("content_range", ["bytes 300000-/1048580", "bytes x-y/z", "bytes 300000-1048579/-1",
                                            "bytes 300000-2/1048580"])
 def test_malformed_content_range_names_the_url(scripted, tmp_path, content_range):
-    server, base = scripted(cut_after(300000), lambda handler: (206, {"Content-Range": content_range}, b"x"))
+    server, base = scripted(cut_after(300000), lambda handler: (206, {"Content-Range": content_range, "ETag": '"v1"'},
+                                                                b"x"))
     dest = str(tmp_path / "model.gguf")
     with pytest.raises(DownloadError):
         download_verified(base + "/m", dest, DIGEST, retries=0, expected_size=SIZE)
@@ -272,7 +273,7 @@ def test_unreachable_server_keeps_partial_and_says_so(tmp_path):
     with open(dest + PARTIAL_SUFFIX, "wb") as handle:
         handle.write(b"abc")
     with open(dest + PARTIAL_SUFFIX + META_SUFFIX, "w") as handle:
-        json.dump({"url": url, "sha256": DIGEST, "size": None, "validator": None}, handle)
+        json.dump({"url": url, "sha256": DIGEST, "size": None, "validator": '"v1"'}, handle)
     with pytest.raises(DownloadError, match="gave up after 2 attempts.*next run resumes it"):
         download_verified(url, dest, DIGEST, retries=1, timeout=2, retry_delay=0.01)
     assert os.path.getsize(dest + PARTIAL_SUFFIX) == 3 and not os.path.exists(dest)
@@ -351,3 +352,136 @@ def test_progress_file_is_rate_limited(tmp_path):
     now[0] = 6.0
     progress.update("downloading", 60, 100)
     assert json.load(open(str(tmp_path / "p.json")))["percent"] == 60.0
+
+
+# The hostile review's findings, each kept as the test that found it.
+
+OTHER = bytes(reversed(PAYLOAD))
+
+
+def ranged_other(etag):
+    def reply(handler):
+        first = int(handler.headers["Range"].split("=")[1].rstrip("-"))
+        return 206, {"Content-Length": str(SIZE - first), "ETag": etag,
+                     "Content-Range": "bytes %d-%d/%d" % (first, SIZE - 1, SIZE)}, OTHER[first:]
+    return reply
+
+
+def other_full(etag='"v2"'):
+    return lambda handler: (200, {"Content-Length": str(SIZE), "ETag": etag}, OTHER)
+
+
+def test_a_dangling_link_at_the_partial_file_is_not_followed(scripted, tmp_path):
+    server, base = scripted(full())
+    models, outside = tmp_path / "models", tmp_path / "outside"
+    models.mkdir()
+    dest = str(models / "model.gguf")
+    os.symlink(str(outside), dest + PARTIAL_SUFFIX)
+    download_verified(base + "/m", dest, DIGEST, expected_size=SIZE)
+    assert not outside.exists() and not os.path.islink(dest) and open(dest, "rb").read() == PAYLOAD
+
+
+def test_a_link_at_the_lock_file_leaves_its_target_alone(scripted, tmp_path):
+    server, base = scripted(full())
+    victim = tmp_path / "victim.conf"
+    victim.write_text("important\n")
+    (tmp_path / "models").mkdir()
+    dest = str(tmp_path / "models" / "model.gguf")
+    os.symlink(str(victim), dest + LOCK_SUFFIX)
+    download_verified(base + "/m", dest, DIGEST, expected_size=SIZE)
+    assert victim.read_text() == "important\n"
+
+
+def test_a_206_of_another_version_is_not_spliced_without_a_digest(scripted, tmp_path):
+    """The server ignored If-Range: its 206 carries another ETag. The download starts over instead."""
+    server, base = scripted(cut_after(300000, '"v1"'), ranged_other('"v2"'), other_full())
+    dest = str(tmp_path / "model.gguf")
+    with pytest.raises(DownloadError):
+        download_verified(base + "/m", dest, None, retries=0, expected_size=SIZE)
+    download_verified(base + "/m", dest, None, expected_size=SIZE, retry_delay=0.01)
+    assert open(dest, "rb").read() == OTHER
+
+
+def test_without_a_strong_etag_nothing_is_resumed(scripted, tmp_path):
+    server, base = scripted(cut_after(300000, 'W/"v1"'), other_full('W/"v2"'))
+    dest = str(tmp_path / "model.gguf")
+    with pytest.raises(DownloadError):
+        download_verified(base + "/m", dest, None, retries=0, expected_size=SIZE)
+    download_verified(base + "/m", dest, None, expected_size=SIZE)
+    assert "Range" not in server.requests[1] and open(dest, "rb").read() == OTHER
+
+
+def test_a_kill_after_a_changed_file_is_not_resumed_as_the_new_version(scripted, tmp_path, monkeypatch):
+    """A 200 (the file changed) must not record the new ETag over the old bytes before they are cut off."""
+    from ansible_collections.prima.cluster.plugins.module_utils import weights_download
+
+    server, base = scripted(cut_after(300000, '"v1"'), other_full(), default=other_full())
+    dest = str(tmp_path / "model.gguf")
+    with pytest.raises(DownloadError):
+        download_verified(base + "/m", dest, None, retries=0, expected_size=SIZE)
+
+    class Killed(BaseException):
+        pass
+
+    def die(*args, **kwargs):
+        raise Killed()  # the process dies here (SIGKILL, OOM, a reboot)
+
+    monkeypatch.setattr(weights_download, "open_new", die)
+    with pytest.raises(Killed):
+        download_verified(base + "/m", dest, None, retries=0, expected_size=SIZE)
+    monkeypatch.undo()
+    download_verified(base + "/m", dest, None, expected_size=SIZE)
+    assert open(dest, "rb").read() == OTHER
+
+
+@pytest.mark.parametrize("content", ["[1]", '"x"', "3.5", "[" * 100000])
+def test_a_stamp_of_another_shape_is_no_stamp(hub, tmp_path, content):
+    url, dummy, dummy = hub
+    dest = str(tmp_path / "model.gguf")
+    open(dest, "wb").write(PAYLOAD)
+    open(dest + STAMP_SUFFIX, "w").write(content)
+    assert verify_only(dest, DIGEST)["verified_by"] == "hash"
+    assert download_verified(url, dest, DIGEST, expected_size=SIZE)["verified_by"] == "hash"
+
+
+@pytest.mark.parametrize("validator", ['"v1"\nX-Evil: 1', ["v1"], 7])
+def test_a_partial_record_of_another_shape_starts_over(scripted, tmp_path, validator):
+    server, base = scripted(full())
+    dest = str(tmp_path / "model.gguf")
+    open(dest + PARTIAL_SUFFIX, "wb").write(PAYLOAD[:1000])
+    with open(dest + PARTIAL_SUFFIX + META_SUFFIX, "w") as handle:
+        json.dump({"url": base + "/m", "sha256": DIGEST, "size": SIZE, "validator": validator}, handle)
+    download_verified(base + "/m", dest, DIGEST, expected_size=SIZE)
+    assert "Range" not in server.requests[0] and open(dest, "rb").read() == PAYLOAD
+
+
+def test_a_directory_at_the_destination_is_named(scripted, tmp_path):
+    server, base = scripted(full())
+    dest = tmp_path / "model.gguf"
+    dest.mkdir()
+    assert verify_only(str(dest), DIGEST)["verified"] is False
+    with pytest.raises(DownloadError, match="%s is a directory" % dest):
+        download_verified(base + "/m", str(dest), DIGEST, expected_size=SIZE)
+
+
+def test_same_size_bytes_found_there_are_not_taken_without_a_digest(scripted, tmp_path):
+    server, base = scripted(full())
+    dest = str(tmp_path / "model.gguf")
+    open(dest, "wb").write(bytes(SIZE))
+    result = download_verified(base + "/m", dest, None, expected_size=SIZE)
+    assert result["replaced_corrupt"] and result["sha256"] == DIGEST
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/a b.gguf", "nope://x/m.gguf"])
+def test_an_unusable_url_fails_at_once(url, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(DownloadError, match="cannot be fetched"):
+        download_verified(url, str(tmp_path / "m.gguf"), DIGEST, retries=3, retry_delay=1)
+    assert time.monotonic() - started < 1
+
+
+def test_a_redirect_to_another_scheme_is_refused():
+    handler = HubRedirectHandler("http://hub.example/m", None)
+    request = urllib.request.Request("http://hub.example/m.gguf")
+    with pytest.raises(DownloadError, match="only http and https are followed"):
+        handler.redirect_request(request, None, 302, "Found", {}, "ftp://cdn.example/m.gguf")
