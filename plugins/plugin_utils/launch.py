@@ -19,6 +19,16 @@ MIB = 1024 ** 2
 GIB = 1024 ** 3
 RUNTIMES = ("prima", "llama_rpc", "single")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let a trailing newline through
+# Names that change how a shell runs rather than what a program does: the rank's environment reaches the rank alone
+# (not the launcher script), but a rank's own tooling may be a shell script (wrappers, `sh -c`). PATH and LD_* stay
+# allowed: pointing a rank at its CUDA libraries and tools is what launch_rank_env is for, and it reaches only the
+# rank's process, which the inventory already names (argv[0]); the launcher's own commands never see them.
+SHELL_CONTROL_NAMES = frozenset(("IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "CDPATH", "GLOBIGNORE"))
+
+
+def shell_control_name(name: str) -> bool:
+    """True for IFS, BASH_ENV, ENV, SHELLOPTS, BASHOPTS, PS4, CDPATH, GLOBIGNORE and every BASH_* (BASH_FUNC_ too)."""
+    return name in SHELL_CONTROL_NAMES or name.startswith("BASH_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +105,10 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
         if bad:
             # The launcher script exports each name as it is: only a shell variable name may pass.
             raise ValueError("%s: not an environment variable name (letters, digits, _)" % ", ".join(map(repr, bad)))
+        control = sorted(str(key) for key in value if shell_control_name(str(key)))
+        if control:
+            raise ValueError("%s: a shell control variable, it would change how the rank's shell tooling runs "
+                             "(splitting, startup files, options); remove it" % ", ".join(map(repr, control)))
         return tuple(sorted((str(key), str(item)) for key, item in value.items()))
     if name in ("rpc_server_extra_args", "head_extra_args"):
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):

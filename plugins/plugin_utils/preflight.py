@@ -8,7 +8,7 @@ import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import ENV_NAME, window_option
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import ENV_NAME, shell_control_name, window_option
 
 HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 # fullmatch: `$` alone would let a trailing newline through.
@@ -290,8 +290,9 @@ def layer_window_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[s
 
 
 def rank_env_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
-    """launch_rank_env of every host: only names the launcher script can export."""
+    """launch_rank_env of every host: only environment variable names, and none that steers a shell."""
     by_bad = {}  # type: Dict[Tuple[str, ...], List[str]]
+    by_control = {}  # type: Dict[Tuple[str, ...], List[str]]
     for host in hosts:
         env = hostvars[host].get("launch_rank_env")
         if not isinstance(env, Mapping):
@@ -299,7 +300,18 @@ def rank_env_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, 
         bad = tuple(sorted(repr(name) for name in env if not (isinstance(name, str) and ENV_NAME.fullmatch(name))))
         if bad:
             by_bad.setdefault(bad, []).append(host)
-    return ["%s: launch_rank_env has %s, not an environment variable name (letters, digits and _, not starting "
-            "with a digit): the launcher script exports each name as it is; rename or remove %s"
-            % (_hosts_label(owners), ", ".join(bad), "it" if len(bad) == 1 else "them")
-            for bad, owners in by_bad.items()]
+        control = tuple(sorted(repr(name) for name in env
+                               if isinstance(name, str) and ENV_NAME.fullmatch(name) and shell_control_name(name)))
+        if control:
+            by_control.setdefault(control, []).append(host)
+    problems = ["%s: launch_rank_env has %s, not an environment variable name (letters, digits and _, not starting "
+                "with a digit): the rank's environment is passed as NAME=value words; rename or remove %s"
+                % (_hosts_label(owners), ", ".join(bad), "it" if len(bad) == 1 else "them")
+                for bad, owners in by_bad.items()]
+    problems += ["%s: launch_rank_env has %s, %s: it would change how any shell the rank starts runs (word "
+                 "splitting, startup files, options), not what the rank does; remove %s"
+                 % (_hosts_label(owners), ", ".join(control),
+                    "a shell control variable" if len(control) == 1 else "each a shell control variable",
+                    "it" if len(control) == 1 else "them")
+                 for control, owners in by_control.items()]
+    return problems

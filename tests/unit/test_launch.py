@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import jinja2
@@ -283,6 +284,7 @@ def test_launcher_start_stop_leaves_nothing(tmp_path):
     assert sh(script, "stop").returncode == 0
     assert not os.path.exists("/proc/%d" % pid) or "sleep" not in open("/proc/%d/cmdline" % pid).read()
     assert '"running": false' in sh(script, "status").stdout
+    assert not (state / "child.pid").exists() and not (state / "child.start").exists()  # the run cleared them
 
 
 def test_launcher_stop_kills_what_ignores_sigterm(tmp_path):
@@ -415,3 +417,86 @@ def test_layer_window_option(window, expected):
 def test_layer_window_option_refused(window):
     with pytest.raises(ValueError, match="launch option layer_window: .* is not auto, prima, or the layers"):
         options(layer_window=window)
+
+
+def test_rank_env_never_shadows_the_launchers_own_variables(tmp_path):
+    """Review 2: the exports came after state=, script=, timeout_s=: timeout_s "0" removed the hang guard and
+    script: /other.sh made `start` run another program. The environment now reaches the rank's process alone."""
+    other = tmp_path / "other.sh"
+    other.write_text("#!/bin/sh\ntouch %s\n" % (tmp_path / "MARKER"))
+    other.chmod(0o755)
+    env = {"timeout_s": "0", "script": str(other), "state": str(tmp_path / "elsewhere"), "argv": "x"}
+    assert options(rank_env=env).rank_env  # harmless names now: the plan takes them
+    script, state = launcher(tmp_path, ["sh", "-c", 'echo "$timeout_s $script"; sleep 3'], timeout_s=1, env=env)
+    assert sh(script, "run").returncode == 124 and (state / "exit").read_text() == "124\n"  # the guard holds
+    assert (state / "stdout").read_text() == "0 %s\n" % other  # ...and the rank got its variables
+    script, state = launcher(tmp_path, ["sleep", "1"], env=env)
+    assert sh(script, "start").returncode == 0
+    time.sleep(0.5)
+    assert not (tmp_path / "MARKER").exists() and not (tmp_path / "elsewhere").exists()
+    assert '"running": true' in sh(script, "status").stdout
+    assert sh(script, "stop").returncode == 0
+
+
+def test_shell_variables_in_rank_env_leave_the_launcher_alone(tmp_path):
+    """Review 2: with IFS=":" the `for _ in $(seq ...)` loops ran once, so `stop` sent SIGKILL after 0.1 s instead
+    of the grace. The launcher keeps its own IFS, PATH and SECONDS; the rank gets the values."""
+    env = {"IFS": ":", "PATH": "/nonexistent", "SECONDS": "999999"}
+    script, state = launcher(tmp_path, ["/bin/sh", "-c", "trap '/bin/sleep 1; echo graceful >&2; exit 0' TERM; "
+                                        "echo \"$PATH\"; /bin/sleep 300 & wait"], env=env)
+    assert sh(script, "start").returncode == 0
+    time.sleep(1)
+    assert '"running": true' in sh(script, "status").stdout
+    began = time.time()
+    assert sh(script, "stop").returncode == 0
+    assert time.time() - began >= 0.9  # the rank's own 1 s of cleanup, within grace_s=2
+    assert "graceful" in (state / "stderr").read_text() and (state / "stdout").read_text() == "/nonexistent\n"
+    assert (state / "exit").read_text() == "0\n"
+
+
+@pytest.mark.parametrize("name", ["IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_FUNC_f",
+                                  "BASH_XTRACEFD"])
+def test_the_plan_refuses_shell_control_variables(name):
+    with pytest.raises(ValueError, match="a shell control variable"):
+        options(rank_env={name: "1"})
+
+
+def test_the_plan_takes_path_and_library_variables():
+    """They reach only the rank's process (its CUDA libraries and tools), never the launcher's commands."""
+    env = {"PATH": "/usr/local/cuda/bin:/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "LD_PRELOAD": "x.so"}
+    assert dict(options(rank_env=env).rank_env) == env
+
+
+def test_a_stale_child_pid_kills_nothing(tmp_path):
+    """Review 2: `stop` trusted any child.pid whose cmdline held "timeout" and killed its process group. Our child
+    is known by pid, start time (/proc/PID/stat field 22) and argv[0] timeout; the run removes its record."""
+    script, state = launcher(tmp_path, ["true"])
+    assert sh(script, "run").returncode == 0
+    assert not (state / "child.pid").exists() and not (state / "child.start").exists()
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--read-timeout=30"],
+                              start_new_session=True)
+    try:
+        impostor = subprocess.Popen(["timeout", "300", "sleep", "300"], start_new_session=True)
+        try:
+            for pid in (victim.pid, impostor.pid):  # a pid reused by another process, even another timeout
+                (state / "child.pid").write_text("%d\n" % pid)
+                (state / "child.start").write_text("1\n")
+                assert sh(script, "stop").returncode == 0
+            (state / "child.pid").write_text("%d\n" % victim.pid)  # no start time recorded at all
+            (state / "child.start").unlink()
+            assert sh(script, "stop").returncode == 0
+            time.sleep(0.3)
+            assert victim.poll() is None and impostor.poll() is None
+            assert '"running": false' in sh(script, "status").stdout
+        finally:
+            impostor.kill()
+            impostor.wait()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_rank_without_environment_runs(tmp_path):
+    """An empty rank_env is an empty array under `set -u` (bash before 4.4 calls that unbound)."""
+    script, state = launcher(tmp_path, ["sh", "-c", "echo hi"], env={})
+    assert sh(script, "run").returncode == 0 and (state / "stdout").read_text() == "hi\n"

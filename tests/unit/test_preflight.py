@@ -268,6 +268,25 @@ def test_rank_env_names():
                                d={"launch_rank_env": "not a mapping"}, e={})
     assert rank_env_problems(hosts, hostvars) == [
         "hosts a, b: launch_rank_env has 'A; touch P; B', not an environment variable name (letters, digits and "
-        "_, not starting with a digit): the launcher script exports each name as it is; rename or remove it",
+        "_, not starting with a digit): the rank's environment is passed as NAME=value words; rename or remove it",
         "host c: launch_rank_env has '1X', 'A\\n', not an environment variable name (letters, digits and _, not "
-        "starting with a digit): the launcher script exports each name as it is; rename or remove them"]
+        "starting with a digit): the rank's environment is passed as NAME=value words; rename or remove them"]
+
+
+def test_rank_env_refuses_shell_control_variables():
+    """Review 2: IFS in launch_rank_env made the launcher's `stop` loops run once (SIGKILL after 0.1 s). The
+    environment now reaches the rank alone, and names that steer a shell are refused even there; PATH and LD_*
+    (CUDA) stay allowed."""
+    hosts, hostvars = hosts_of(a={"launch_rank_env": {"IFS": ":", "BASH_FUNC_f": "() { :; }", "OK": "1"}},
+                               b={"launch_rank_env": {"BASH_ENV": "/tmp/x", "1X": "2"}},
+                               c={"launch_rank_env": {"PATH": "/usr/local/cuda/bin:/usr/bin", "LD_PRELOAD": "x.so",
+                                                      "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "timeout_s": "0"}})
+    assert rank_env_problems(hosts, hostvars) == [
+        "host b: launch_rank_env has '1X', not an environment variable name (letters, digits and _, not starting "
+        "with a digit): the rank's environment is passed as NAME=value words; rename or remove it",
+        "host a: launch_rank_env has 'BASH_FUNC_f', 'IFS', each a shell control variable: it would change how any "
+        "shell the rank starts runs (word splitting, startup files, options), not what the rank does; remove them",
+        "host b: launch_rank_env has 'BASH_ENV', a shell control variable: it would change how any shell the rank "
+        "starts runs (word splitting, startup files, options), not what the rank does; remove it"]
+    for name in ("ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_XTRACEFD"):
+        assert "a shell control variable" in rank_env_problems(["n"], {"n": {"launch_rank_env": {name: "1"}}})[0]
