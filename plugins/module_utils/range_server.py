@@ -6,10 +6,12 @@ Standard library only, Python 3.8 compatible: it runs on the nodes.
 """
 
 import argparse
+import io
 import json
 import os
 import re
 import resource
+import socket
 import stat
 import sys
 import threading
@@ -24,9 +26,11 @@ CONNECTION_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 32
 # Beyond two per connection (its socket, its file): the listening socket, the log, stdio, Python's own.
 FDS_KEPT_FREE = 16
-# After the last expected copy: a peer whose last bytes were lost on the way resumes within this
-# (the downloader retries after 2 s, then 4 s, ...).
-DONE_LINGER_S = 30.0
+# After the last expected copy, with no connection open: a peer whose last bytes were lost on the way
+# resumes within this (the downloader retries after 2 s, then 4 s, ... 10 s), with room to spare.
+DONE_LINGER_S = 60.0
+# What the log keeps of a request's target and Range header (a hostile one may be 64 KiB a request).
+LOGGED_CHARS = 512
 # 20 digits hold any file size; more is not a range worth converting to an int.
 RANGE_SPEC = re.compile(r"^(\d{0,20})-(\d{0,20})$")
 BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\nContent-Length: 0\r\n"
@@ -113,13 +117,13 @@ def open_regular(root: str, name: str) -> Optional[BinaryIO]:
 
 
 def copy_completed(status: int, last: int, size: int, sent: int, length: int) -> bool:
-    """Whether a response leaves its client holding the whole file.
+    """Whether a response may have left its client holding the whole file: it ran to the file's end.
 
-    A resuming client asks `bytes=K-` because it holds the first K bytes, so a response that sends
-    everything up to the file's end completes a copy, however many attempts came before. The peers
-    cannot be told apart by address (through SSH they all come from the loopback), so copies are counted.
-    Nothing else counts (a 416 makes the downloader start over): a copy missed leaves the stop to the
-    guard, one counted twice could stop the server while a peer still needs it.
+    A resuming client asks `bytes=K-` because it holds the first K bytes, so such a response may
+    complete a copy; but so may look a tail range, or a 200 whose end never reached the peer (then
+    resumed): Transfer counts a copy only with the bytes of a whole file sent besides. Nothing else
+    counts (a 416 makes the downloader start over): a copy missed leaves the stop to the guard, one
+    counted twice could stop the server while a peer still needs it.
     """
     return status in (200, 206) and sent == length and last == size - 1
 
@@ -162,36 +166,117 @@ def stop_reason(now: float, started: float, last_activity: float, open_connectio
 
 
 class Transfer:
-    """The copies still owed and the connections open: what tells the server its work is over."""
+    """The copies still owed and the connections open: what tells the server its work is over.
+
+    Copies are only a hint to stop early, so they are counted low, never high. The peers cannot be
+    told apart (through SSH they all come from the loopback), and bytes handed to the kernel may never
+    reach a peer (a 200 whose tail is lost, then the peer's `bytes=K-`, both run to the end). So a file's
+    expected copies are sent only once as many responses ran to its end (copy_completed) AND the bytes
+    sent of it add up to that many whole files: nobody holds a copy with fewer bytes than the file's size,
+    so a tail range (`bytes=-1`) or a resume after a lost tail cannot make up for a missing copy.
+    """
 
     def __init__(self, expected: Mapping[str, int], clock: Callable[[], float] = time.monotonic):
         self.clock = clock
-        self.owed = Counter({name: count for name, count in expected.items() if count > 0})
-        self.expects_copies = bool(self.owed)
+        self.expected = Counter({name: count for name, count in expected.items() if count > 0})
+        self.expects_copies = bool(self.expected)
+        self.ends = Counter()  # type: Counter
+        self.bytes_sent = Counter()  # type: Counter
+        self.sizes = {}  # type: Dict[str, int]
         self.started = self.last_activity = clock()
-        self.open_connections = 0
+        # Each open connection: the time by which its request head must be complete, None while it is
+        # being answered. One past that time is no peer at work (a slowloris, a stalled client).
+        self.connections = {}  # type: Dict[object, Optional[float]]
         self.lock = threading.Lock()
 
-    def opened(self) -> None:
+    @property
+    def open_connections(self) -> int:
         with self.lock:
-            self.open_connections += 1
+            return len(self.connections)
+
+    def opened(self, key: object, head_deadline: Optional[float] = None) -> None:
+        with self.lock:
+            self.connections[key] = head_deadline
             self.last_activity = self.clock()
 
-    def closed(self) -> None:
+    def closed(self, key: object) -> None:
         with self.lock:
-            self.open_connections -= 1
+            self.connections.pop(key, None)
             self.last_activity = self.clock()
 
-    def copy_sent(self, name: str) -> None:
+    def reading_head(self, key: object, deadline: Optional[float]) -> None:
         with self.lock:
-            if self.owed[name] > 0:
-                self.owed[name] -= 1
+            if key in self.connections:
+                self.connections[key] = deadline
+
+    def head_read(self, key: object) -> None:
+        with self.lock:
+            if key in self.connections:
+                self.connections[key] = None
+                self.last_activity = self.clock()
+
+    def sent(self, name: str, size: int, sent: int, reached_end: bool) -> None:
+        """A response of `name` (`size` bytes now): `sent` bytes handed to the kernel, ran to the end or not."""
+        with self.lock:
+            self.sizes[name] = size
+            self.bytes_sent[name] += sent
+            if reached_end:
+                self.ends[name] += 1
+
+    @property
+    def owed(self) -> Counter:
+        """The copies of each file not yet sent by the count above (0 for those that are)."""
+        with self.lock:
+            return Counter(self._owed())
+
+    def _owed(self) -> Dict[str, int]:
+        owed = {}
+        for name, count in self.expected.items():
+            size = self.sizes.get(name)
+            if size is None:  # nothing of it sent yet
+                owed[name] = count
+                continue
+            whole = self.bytes_sent[name] // size if size else self.ends[name]
+            owed[name] = max(0, count - min(self.ends[name], whole))
+        return owed
+
+    def active_connections(self) -> int:
+        with self.lock:
+            return self._active(self.clock())
+
+    def _active(self, now: float) -> int:
+        return sum(1 for deadline in self.connections.values() if deadline is None or now < deadline)
 
     def stop_reason(self, limits: Limits) -> Optional[str]:
         with self.lock:
-            all_sent = self.expects_copies and not +self.owed
-            return stop_reason(self.clock(), self.started, self.last_activity, self.open_connections, all_sent,
-                               limits)
+            now = self.clock()
+            all_sent = self.expects_copies and not any(self._owed().values())
+            return stop_reason(now, self.started, self.last_activity, self._active(now), all_sent, limits)
+
+
+class HeadReader(io.RawIOBase):
+    """The connection's reads: while a request head is awaited, each recv() waits only for what is left
+    of the time the whole head has (a client dripping a byte at a time cannot hold a slot for ever)."""
+
+    def __init__(self, handler: "Handler"):
+        super().__init__()
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        connection, deadline = self.handler.connection, self.handler.head_deadline
+        if deadline is None:
+            return connection.recv_into(buffer)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("the request head was not complete within %gs" % self.handler.timeout)
+        connection.settimeout(remaining)
+        try:
+            return connection.recv_into(buffer)
+        finally:
+            connection.settimeout(self.handler.timeout)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -200,9 +285,26 @@ class Handler(BaseHTTPRequestHandler):
     # Seconds a connection may send or take nothing (a stalled peer, a half-sent request) before it is closed.
     timeout = CONNECTION_TIMEOUT_S
 
+    head_deadline = None  # type: Optional[float]
+
     def setup(self):
         self.timeout = getattr(self.server, "connection_timeout", self.timeout)
         super().setup()
+        self.rfile = io.BufferedReader(HeadReader(self))
+
+    def handle_one_request(self):
+        # The connection timeout is the time the whole request line and headers have, from the end of the
+        # previous response (or the accept); writing a body keeps it per send().
+        self.head_deadline = time.monotonic() + self.timeout if self.timeout else None
+        self.server.transfer.reading_head(self.connection, self.head_deadline)
+        super().handle_one_request()
+
+    def parse_request(self):
+        try:
+            return super().parse_request()  # reads the headers
+        finally:
+            self.head_deadline = None
+            self.server.transfer.head_read(self.connection)
 
     def do_HEAD(self):
         self._serve(send_body=False)
@@ -245,27 +347,33 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(length))
             self.end_headers()
-            sent = self._send_body(handle, first, length) if send_body else 0
-        self._done(name, status, last, size, sent, length)
+            sent, why = self._send_body(handle, first, length) if send_body else (0, None)
+        self._done(name, status, last, size, sent, length, why)
 
-    def _send_body(self, handle: BinaryIO, first: int, length: int) -> int:
-        sent = 0
+    def _send_body(self, handle: BinaryIO, first: int, length: int) -> Tuple[int, Optional[str]]:
+        """The bytes sent, and why they are fewer than `length` (then the connection is closed: the
+        client must not wait for the rest of a keep-alive body that will never come)."""
+        sent, why = 0, None
         try:
             handle.seek(first)
             while sent < length:
                 chunk = handle.read(min(CHUNK, length - sent))
                 if not chunk:
+                    why = "the file ended %d bytes early (cut while served)" % (length - sent)
                     break
                 self.wfile.write(chunk)
                 sent += len(chunk)
-        except OSError:  # the peer went away or stopped reading for longer than the timeout
+        except OSError as error:  # the peer went away or stopped reading for longer than the timeout
+            why = "sending failed: %r" % (error,)
+        if sent < length:
             self.close_connection = True
-        return sent
+            why = why or "body short"
+        return sent, why
 
     def _done(self, name: str, status: int, last: int, size: int, sent: int, length: int,
               why: Optional[str] = None) -> None:
-        if self.command == "GET" and copy_completed(status, last, size, sent, length):
-            self.server.transfer.copy_sent(name)
+        if self.command == "GET" and status in (200, 206):
+            self.server.transfer.sent(name, size, sent, copy_completed(status, last, size, sent, length))
         self._log(status, sent, size, why)
 
     def _refuse(self, status: int, why: str) -> None:
@@ -278,8 +386,10 @@ class Handler(BaseHTTPRequestHandler):
         self._log(status, 0, 0, why)
 
     def _log(self, status: int, sent: int, size: int, why: Optional[str] = None) -> None:
-        record = {"time": round(time.time(), 3), "client": self.client_address[0], "path": self.path,
-                  "range": self.headers.get("Range"), "status": status, "bytes": sent, "size": size}
+        range_header = self.headers.get("Range")
+        record = {"time": round(time.time(), 3), "client": self.client_address[0],
+                  "path": self.path[:LOGGED_CHARS], "status": status, "bytes": sent, "size": size,
+                  "range": range_header[:LOGGED_CHARS] if range_header else range_header}
         if why:
             record["why"] = why
         self.server.write_log(record)
@@ -320,7 +430,7 @@ class FanoutServer(ThreadingHTTPServer):
         if not self.slots.acquire(blocking=False):
             self._turn_away(request, client_address)
             return
-        self.transfer.opened()
+        self.transfer.opened(request, time.monotonic() + self.connection_timeout if self.connection_timeout else None)
         try:
             threading.Thread(target=self.process_request_thread, args=(request, client_address),
                              daemon=True).start()
@@ -337,7 +447,7 @@ class FanoutServer(ThreadingHTTPServer):
 
     def _release(self, request) -> None:
         self.shutdown_request(request)
-        self.transfer.closed()
+        self.transfer.closed(request)
         self.slots.release()
 
     def _turn_away(self, request, client_address) -> None:
@@ -420,9 +530,11 @@ def main(argv=None) -> int:
                         help="stop after this long with no connection, counted from the start (0: never)")
     parser.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: never)")
     parser.add_argument("--linger-seconds", type=float, default=DONE_LINGER_S,
-                        help="once every expected copy was sent, stop after this long with no connection")
+                        help="once every expected copy was sent, stop after this long with no connection "
+                             "(a peer between its retries must be back within it)")
     parser.add_argument("--connection-timeout", type=float, default=CONNECTION_TIMEOUT_S,
-                        help="close a connection that sends or takes nothing for this long")
+                        help="close a connection whose request line and headers take longer than this, or "
+                             "that takes nothing of a response for this long")
     parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
                         help="connections served at once (fewer if the fd limit is low); more get 503")
     args = parser.parse_args(argv)

@@ -85,6 +85,16 @@ def log_records(tmp_path, count=1):
         time.sleep(0.02)
 
 
+def responses(tmp_path, count):
+    """The log's records of responses (not of connections broken between requests), once there are `count`."""
+    deadline = time.monotonic() + 5
+    while True:
+        records = [record for record in log_records(tmp_path, count) if record["status"]]
+        if len(records) >= count or time.monotonic() > deadline:
+            return records
+        time.sleep(0.02)
+
+
 def half_sent(port, count):
     sockets = []
     for dummy in range(count):
@@ -381,6 +391,151 @@ def test_it_stops_once_every_expected_copy_was_sent(models, tmp_path):
         server.server_close()
 
 
+def test_a_tail_range_is_no_copy(models, serve, tmp_path):
+    """`bytes=-1` and `bytes=<last>-` run to the end of the file, but hold 2 bytes of it, not two copies."""
+    server = unstarted(models, tmp_path, files=["a.gguf"], expected={"a.gguf": 2})
+    running(server)
+    try:
+        port = server.server_address[1]
+        assert request(port, "/a.gguf", {"Range": "bytes=-1"})[0] == 206
+        assert request(port, "/a.gguf", {"Range": "bytes=%d-" % (len(PAYLOAD) - 1)})[0] == 206
+        log_records(tmp_path, 2)
+        assert server.transfer.owed["a.gguf"] == 2
+        assert server.transfer.stop_reason(range_server.Limits(linger_s=0.01)) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_lost_tail_then_its_resume_is_one_copy(tmp_path):
+    """The downloader's own pattern: a 200 all handed to the kernel but read by the peer only in part, then
+    the peer's `bytes=K-` with If-Range: one peer holds a copy, and one copy is still owed."""
+    size = 200000  # fits in the socket buffers: the server sends all of it
+    (tmp_path / "a.gguf").write_bytes(b"y" * size)
+    server = unstarted(tmp_path, tmp_path, files=["a.gguf"], expected={"a.gguf": 2})
+    running(server)
+    try:
+        port = server.server_address[1]
+        peer = socket.create_connection(("127.0.0.1", port), timeout=5)
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        peer.sendall(b"GET /a.gguf HTTP/1.1\r\nHost: peer\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += peer.recv(1)
+        etag = [line.split(b": ", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"etag")][0]
+        got = len(peer.recv(1000))
+        [record] = log_records(tmp_path, 1)
+        assert record["bytes"] == size  # the server believes it sent the whole file
+        peer.close()
+        status, dummy, body = request(port, "/a.gguf", {"Range": "bytes=%d-" % got, "If-Range": etag.decode()})
+        assert status == 206 and got + len(body) == size
+        responses(tmp_path, 2)
+        assert server.transfer.owed["a.gguf"] == 1
+        assert server.transfer.stop_reason(range_server.Limits(linger_s=0.01)) is None
+        assert request(port, "/a.gguf")[0] == 200  # the second peer
+        responses(tmp_path, 3)
+        assert server.transfer.owed["a.gguf"] == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("ends, sent, expected", [
+    (2, 200, 0), (2, 199, 1), (1, 500, 1), (3, 250, 0), (0, 0, 2),
+])
+def test_copies_need_both_the_ends_and_the_bytes(ends, sent, expected):
+    transfer = range_server.Transfer({"a.gguf": 2})
+    for dummy in range(ends):
+        transfer.sent("a.gguf", 100, 0, True)
+    transfer.sent("a.gguf", 100, sent, False)
+    assert transfer.owed["a.gguf"] == expected
+
+
+def test_a_slowloris_is_closed_at_the_head_deadline(models, serve, tmp_path):
+    """A byte of request head every 0.3 s: closed once the whole head took the connection timeout, so it
+    holds no slot and no stop off."""
+    server = unstarted(models, tmp_path, files=["a.gguf"], connection_timeout=1, max_connections=2)
+    running(server)
+    dripping = [socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) for dummy in range(2)]
+    stop = threading.Event()
+
+    def drip():
+        try:
+            for connection in dripping:
+                connection.sendall(b"GET /a.gguf HTTP/1.1\r\n")
+            while not stop.is_set():
+                for connection in dripping:
+                    connection.sendall(b"X")
+                time.sleep(0.3)
+        except OSError:
+            pass
+
+    started = time.monotonic()
+    threading.Thread(target=drip, daemon=True).start()
+    try:
+        for connection in dripping:
+            assert connection.recv(100) == b""  # closed by the server, without an answer
+        assert time.monotonic() - started < 3
+        assert served_eventually(server.server_address[1], within=2) == PAYLOAD
+        deadline = time.monotonic() + 2
+        while server.transfer.open_connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.transfer.stop_reason(range_server.Limits(idle_s=0.01)) is not None
+    finally:
+        stop.set()
+        for connection in dripping:
+            connection.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_connection_past_its_head_deadline_is_not_active():
+    now = [0.0]
+    transfer = range_server.Transfer({}, clock=lambda: now[0])
+    transfer.opened("slow", head_deadline=1.0)
+    transfer.opened("busy", head_deadline=1.0)
+    transfer.head_read("busy")
+    now[0] = 5.0
+    assert transfer.active_connections() == 1
+    transfer.closed("busy")
+    now[0] = 7.0
+    assert transfer.stop_reason(range_server.Limits(idle_s=1)).startswith("no connection")
+
+
+def test_a_file_cut_while_served_closes_the_connection(tmp_path):
+    """Fewer bytes than Content-Length promised: the client gets EOF, not a keep-alive wait for the rest."""
+    size = 64 << 20
+    served = tmp_path / "a.gguf"
+    served.write_bytes(b"\0" * size)
+    server = unstarted(tmp_path, tmp_path, files=["a.gguf"], connection_timeout=5)
+    running(server)
+    try:
+        peer = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5)
+        peer.sendall(b"GET /a.gguf HTTP/1.1\r\nHost: peer\r\n\r\n")
+        peer.recv(4096)
+        os.truncate(str(served), 0)
+        total = 0
+        while True:
+            data = peer.recv(1 << 20)  # a socket.timeout here: the connection was left open
+            if not data:
+                break
+            total += len(data)
+        peer.close()
+        assert total < size
+        [record] = log_records(tmp_path, 1)
+        assert record["bytes"] < size and "early" in record["why"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_logged_path_and_range_are_capped(models, serve, tmp_path):
+    port = serve(models, files=["a.gguf"])
+    assert request(port, "/" + "a" * 60000, {"Range": "bytes=" + "1" * 5000})[0] == 404
+    [record] = log_records(tmp_path, 1)
+    assert len(record["path"]) == range_server.LOGGED_CHARS == len(record["range"])
+
+
 def test_it_stops_when_nobody_comes(models, tmp_path):
     server = unstarted(models, tmp_path, files=["a.gguf"], expected={"a.gguf": 1})
     started = time.monotonic()
@@ -410,11 +565,12 @@ def test_the_command_line_stops_once_the_copies_are_sent(models, cli, tmp_path):
                          "--pid-file", str(pid_file)])
     assert int(pid_file.read_text()) == process.pid
     assert request(port, "/a.gguf")[2] == PAYLOAD
-    assert request(port, "/a.gguf", {"Range": "bytes=64-"})[2] == PAYLOAD[64:]
+    assert request(port, "/a.gguf", {"Range": "bytes=0-63"})[2] == PAYLOAD[:64]  # a second peer, broken off
+    assert request(port, "/a.gguf", {"Range": "bytes=64-"})[2] == PAYLOAD[64:]  # ... and resumed
     out, dummy = process.communicate(timeout=10)
     assert process.returncode == 0 and json.loads(out) == {"stopped": "every expected copy was sent"}
     assert not pid_file.exists()
-    assert [record["status"] for record in log_records(tmp_path, 2)] == [200, 206]
+    assert [record["status"] for record in log_records(tmp_path, 3)] == [200, 206, 206]
 
 
 def test_the_command_line_stops_when_nobody_comes(models, cli):
