@@ -1,0 +1,139 @@
+"""The cluster lock on the sandbox: bench.yml and site.yml take it before any node changes, a lock whose holder
+is gone (killed here, or older than its bound) is broken with a NOTICE, and -e break_lock=true breaks any.
+
+A live holder is planted by hand: a record naming this controller and a process here whose command line names
+ansible-playbook (a sleep under that name), so that no test holds the cluster for longer than its own run."""
+
+import contextlib
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import NODE_ROOT, NODES, bench, rank_processes, run_playbook, wait_for
+
+LOCK = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
+LOCK_ON_NODE = "/var/lib/prima-bench/bench.lock"
+
+
+def units():
+    """Every launcher script on every node, with its content and modification time."""
+    found = {}
+    for name in NODES:
+        for path in glob.glob(os.path.join(NODE_ROOT % name, "etc/prima-bench", "**"), recursive=True):
+            if not os.path.isfile(path):
+                continue
+            with open(path, "rb") as handle:
+                found[path] = (os.stat(path).st_mtime_ns, handle.read())
+    return found
+
+
+@contextlib.contextmanager
+def planted_lock(run_id, playbook="bench.yml", bound_s=86400, controller=None):
+    """A lock held by a live ansible-playbook of this controller (or of `controller`), removed afterwards."""
+    holder = subprocess.Popen(["ansible-playbook", "900"], executable="sleep")
+    record = json.dumps({"run_id": run_id, "playbook": playbook, "controller": controller or socket.gethostname(),
+                         "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s})
+    assert not os.path.lexists(LOCK), "a lock was left on n0: %s" % os.readlink(LOCK)
+    os.symlink(record, LOCK)
+    try:
+        yield record
+    finally:
+        holder.kill()
+        holder.wait()
+        if os.path.lexists(LOCK) and os.readlink(LOCK) == record:
+            os.unlink(LOCK)
+
+
+def age(path, seconds):
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def test_bench_is_refused_before_it_rewrites_the_units_and_break_lock_breaks_any(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    before = units()
+    assert before, "no launcher scripts on the nodes"
+    with planted_lock("running-1") as record:
+        # Other parameters than the holder's: they would render other units.
+        refused = bench(reports, "refused-1", "lock-bench-refused", runtime="single", runs=1, launch_ctx_size=640)
+        assert refused.status == "failed", refused.describe()
+        assert units() == before, "the refused bench.yml rewrote the running bench's units"
+        assert "Render this host's launcher scripts" not in refused.stdout
+        assert "another bench.yml is running on this cluster: n0 holds %s for run running-1 (" % LOCK_ON_NODE \
+            in " ".join(refused.stdout.split()), refused.describe()
+        for text in ("controller %s" % socket.gethostname(), "still running here", "-e break_lock=true"):
+            assert text in " ".join(refused.stdout.split()), text
+        assert os.readlink(LOCK) == record
+
+        broken = bench(reports, "break-1", "lock-bench-break-lock", runtime="single", runs=1, break_lock=True)
+        assert broken.status == "successful", broken.describe()
+        text = " ".join(broken.stdout.split())
+        assert "NOTICE: n0: broke the cluster lock %s held by run running-1 (bench.yml, controller %s, pid" \
+            % (LOCK_ON_NODE, socket.gethostname()) in text, broken.describe()
+        assert "): break_lock=true" in text
+        assert not os.path.lexists(LOCK)
+    assert rank_processes() == []
+
+
+def test_site_is_refused_while_another_run_holds_the_cluster_and_breaks_a_lock_older_than_its_bound(site_runs):
+    with planted_lock("running-2", bound_s=600) as record:
+        refused = run_playbook("site.yml", label="lock-site-refused")
+        assert refused.status == "failed", refused.describe()
+        assert "another bench.yml is running on this cluster: n0 holds %s for run running-2 (" % LOCK_ON_NODE \
+            in " ".join(refused.stdout.split()), refused.describe()
+        assert "PLAY [Provision the nodes]" not in refused.stdout, "site.yml went on past the lock"
+        assert os.readlink(LOCK) == record
+
+        # Its bound passed: hung or gone, its lock is broken even though its process still runs.
+        age(LOCK, 7200)
+        again = run_playbook("site.yml", label="lock-site-stale")
+        assert again.status == "successful", again.describe()
+        text = " ".join(again.stdout.split())
+        assert "NOTICE: n0: broke the cluster lock %s held by run running-2 (" % LOCK_ON_NODE in text, again.describe()
+        assert "older than the 600 s bound of its run" in text
+        assert {host: n for host, n in again.count("changed").items() if n} == {}, again.describe()
+        assert not os.path.lexists(LOCK), "site.yml did not release the lock"
+
+
+def test_a_killed_bench_leaves_its_lock_and_the_next_run_breaks_it(provisioned, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    killed = bench(reports, "killed-1", "lock-bench-killed", background=True, runtime="single", runs=1)
+    try:
+        wait_for(lambda: os.path.lexists(LOCK), 120, "bench.yml to take the lock")
+        holder = json.loads(os.readlink(LOCK))
+        assert holder["run_id"] == "killed-1" and holder["playbook"] == "bench.yml", holder
+        assert holder["controller"] == socket.gethostname() and holder["bound_s"] > 0, holder
+        with open("/proc/%d/cmdline" % holder["pid"], "rb") as handle:
+            assert b"ansible-playbook" in handle.read(), "the lock does not name the ansible-playbook process"
+        os.kill(holder["pid"], signal.SIGKILL)
+    finally:
+        result = killed.finish()
+    assert result.status != "successful", result.describe()
+    assert os.path.lexists(LOCK), "the killed run's lock is gone: nothing left to break"
+
+    after = bench(reports, "after-kill-1", "lock-bench-after-kill", runtime="single", runs=1)
+    assert after.status == "successful", after.describe()
+    text = " ".join(after.stdout.split())
+    assert ("NOTICE: n0: broke the cluster lock %s held by run killed-1 (bench.yml, controller %s, pid %d, started %s"
+            % (LOCK_ON_NODE, socket.gethostname(), holder["pid"], holder["started"])) in text, after.describe()
+    assert "its ansible-playbook (pid %d on %s) is not running any more" % (holder["pid"], socket.gethostname()) in text
+    assert not os.path.lexists(LOCK)
+    assert rank_processes() == []
+
+
+@pytest.fixture(autouse=True)
+def no_lock_left():
+    """Each test ends with the cluster free; one that does not is named, and the lock removed for the next."""
+    yield
+    if os.path.lexists(LOCK):
+        left = os.readlink(LOCK)
+        os.unlink(LOCK)
+        pytest.fail("a lock was left on n0: %s" % left)
