@@ -100,6 +100,7 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
         assert not os.path.exists(os.path.join(NODE_ROOT % node, "var/lib/prima-bench/link.shaped"))
     # An interrupted bench.yml leaves its lock, and the next one says how to clear it.
     lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
-    assert os.readlink(lock) == "sweep-int"
+    holder = json.loads(os.readlink(lock))
+    assert (holder["run_id"], holder["playbook"]) == ("sweep-int", "bench.yml"), holder
     os.remove(lock)
     assert not (reports / "results.jsonl").exists()
