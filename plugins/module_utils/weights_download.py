@@ -72,7 +72,7 @@ def write_json_atomically(path: str, value: Mapping[str, Any]) -> None:
     with open_new(temporary) as handle:
         json.dump(dict(value), handle, sort_keys=True)
     if os.path.isdir(path) and not os.path.islink(path):
-        remove_entry(path)  # raises, naming the directory
+        raise DownloadError("%s is a directory; remove it, the download keeps its record there" % path)
     os.replace(temporary, path)
 
 
