@@ -113,6 +113,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SANDBOX_NODE_PY = os.path.join(REPO, "plugins", "module_utils", "sandbox_node.py")
 
 
+class FakeError(Exception):
+    """The fake cannot serve as asked (the sandbox is not up, an image has no root directory)."""
+
+
 class ApiError(Exception):
     def __init__(self, code: int, msg: str):
         super().__init__(msg)
@@ -179,6 +183,11 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def _is_int(value: Any) -> bool:
+    # JSON true is a Python int too: never a count or a port.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _has_control(value: str) -> bool:
     return any(ord(char) < 32 or ord(char) == 127 for char in value)
 
@@ -201,7 +210,7 @@ def parse_ports(raw: Any) -> List[Dict[str, int]]:
         if not isinstance(item, dict) or set(item) - {"port", "protocol"}:
             raise ApiError(ERR_PARAM, "each port is {\"port\": N, \"protocol\": 1|2}")
         port, protocol = item.get("port"), item.get("protocol")
-        if type(port) is not int or not 1 <= port <= 65535 or protocol not in (1, 2) or type(protocol) is not int:
+        if not _is_int(port) or not 1 <= port <= 65535 or not _is_int(protocol) or protocol not in (1, 2):
             raise ApiError(ERR_PARAM, "bad port entry %s" % json.dumps(item))
         if port in seen:
             raise ApiError(ERR_PARAM, "port %d given twice" % port)
@@ -222,13 +231,13 @@ class SandboxBackend:
     @staticmethod
     def check_ready() -> None:
         if os.geteuid() != 0:
-            raise SystemExit("--sandbox needs root (network namespaces, mounts, nftables)")
+            raise FakeError("--sandbox needs root (network namespaces, mounts, nftables)")
         missing = [what for what, present in (
             ("the bridge " + BRIDGE, os.path.exists("/sys/class/net/" + BRIDGE)),
             ("the access gateway namespace " + ACCESS_NETNS, os.path.exists("/run/netns/" + ACCESS_NETNS)),
         ) if not present]
         if missing:
-            raise SystemExit("the sandbox is not up (%s missing): make sandbox-up" % ", ".join(missing))
+            raise FakeError("the sandbox is not up (%s missing): make sandbox-up" % ", ".join(missing))
 
     def node(self, name: str) -> Any:
         return self.sn.Node(name, SANDBOX_NODES_DIR)
@@ -367,10 +376,10 @@ class FakeGlows:
             SandboxBackend.check_ready()
             for image_id, root in self.images.items():
                 if not root or not os.path.isdir(root):
-                    raise SystemExit("image %s: %r is not a root directory" % (image_id, root))
+                    raise FakeError("image %s: %r is not a root directory" % (image_id, root))
             for snap_id, root in self.snapshots.items():
                 if not os.path.isdir(root):
-                    raise SystemExit("snapshot %s: %r is not a root directory" % (snap_id, root))
+                    raise FakeError("snapshot %s: %r is not a root directory" % (snap_id, root))
             self.backend = SandboxBackend(self.log)
         self._load()
 
@@ -713,33 +722,33 @@ class FakeGlows:
             new = dict(self.faults)
             for key, value in body.items():
                 if key in ("rate_limit_next",):
-                    if type(value) is not int or value < 0:
+                    if not _is_int(value) or value < 0:
                         raise ApiError(ERR_PARAM, "%s is a count" % key)
                     new[key] = value
                 elif key == "error_next":
                     if value is None:
                         new[key] = None
                         continue
-                    if not isinstance(value, dict) or type(value.get("code")) is not int:
+                    if not isinstance(value, dict) or not _is_int(value.get("code")):
                         raise ApiError(ERR_PARAM, "error_next is {code, msg, count}")
                     count = value.get("count", 1)
-                    if type(count) is not int or count < 0:
+                    if not _is_int(count) or count < 0:
                         raise ApiError(ERR_PARAM, "error_next.count is a count")
                     new[key] = {"code": value["code"], "msg": str(value.get("msg", "")), "count": count}
                 elif key == "schedule_s":
-                    if type(value) not in (int, float) or value < 0:
+                    if not (_is_int(value) or isinstance(value, float)) or value < 0:
                         raise ApiError(ERR_PARAM, "schedule_s is seconds")
                     new[key] = float(value)
                 elif key in ("no_ssh_access", "no_stock"):
-                    if type(value) is not bool:
+                    if not isinstance(value, bool):
                         raise ApiError(ERR_PARAM, "%s is true or false" % key)
                     new[key] = value
                 elif key == "price_cent":
-                    if type(value) is not int or value < 0:
+                    if not _is_int(value) or value < 0:
                         raise ApiError(ERR_PARAM, "price_cent is cents")
                     new[key] = value
                 elif key == "list_fail_page":
-                    if value is not None and (type(value) is not int or value < 1):
+                    if value is not None and (not _is_int(value) or value < 1):
                         raise ApiError(ERR_PARAM, "list_fail_page is a page number or null")
                     new[key] = value
                 else:
@@ -1024,7 +1033,7 @@ def _pairs(values: List[str], what: str, need_path: bool) -> Dict[str, Optional[
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="answer like the Glows SDK API until SIGTERM or SIGINT")
     serve.add_argument("--bind", default="127.0.0.1")
@@ -1054,9 +1063,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     images = _pairs(args.image, "image", args.sandbox)
     snapshots = {key: str(path) for key, path in _pairs(args.snapshot, "snapshot", True).items()}
-    server = start(args.token, args.state_file, bind=args.bind, port=args.port, price_cent=args.price_cent,
-                   schedule_s=args.schedule_s, images=images or None, snapshots=snapshots, sandbox=args.sandbox,
-                   access_host=args.access_host, log=log)
+    try:
+        server = start(args.token, args.state_file, bind=args.bind, port=args.port, price_cent=args.price_cent,
+                       schedule_s=args.schedule_s, images=images or None, snapshots=snapshots, sandbox=args.sandbox,
+                       access_host=args.access_host, log=log)
+    except FakeError as error:
+        sys.stderr.write("glows_api.py: %s\n" % error)
+        return 2
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *dummy: stopping.set())
