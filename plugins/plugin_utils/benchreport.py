@@ -6,6 +6,8 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchcost import (PRICE_FIELD, mtok_cell, price_cell,
+                                                                              record_prices, report_cost, usd_per_mtok)
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations,
                                                                                   expected_cell, ratio_text,
                                                                                   sweep_series)
@@ -34,9 +36,11 @@ def derived(perf: Mapping[str, Any]) -> Dict[str, Number]:
 
 
 def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
-    """One results.jsonl object: the run's record with the derived figures beside the parsed ones."""
+    """One results.jsonl object: the run's record with the derived figures beside the parsed ones (and what
+    a million generated tokens cost at this run's rate on its nodes, usd_per_mtok; None without every price)."""
     line = dict(record)
     line.update(derived(record.get("perf") or {}))
+    line["usd_per_mtok"] = usd_per_mtok(record_prices(record), line["ms_per_token"])
     return line
 
 
@@ -64,6 +68,8 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                "transport": transport_mode(runs[0])}
         for metric in METRICS:
             row[metric] = summarize([line.get(metric, (line.get("perf") or {}).get(metric)) for line in lines])
+        row[PRICE_FIELD] = record_prices(runs[0])
+        row["usd_per_mtok"] = usd_per_mtok(row[PRICE_FIELD], row["ms_per_token"]["median"])
         rows.append(row)
     return rows
 
@@ -107,18 +113,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def results_table(rows: Sequence[Mapping[str, Any]], expected: Optional[Mapping[Key, Mapping[str, Any]]] = None) -> str:
-    """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token, and the
-    estimate's decode beside the measured one."""
+    """(a) runtime x model x link: prompt and decode t/s, ms per token, time to first token, dollars per
+    million generated tokens, and the estimate's decode beside the measured one."""
     expected = expected if expected is not None else expectations(rows)
     headers = ["Runtime", "Model", "Link", "Transport", "World", "Split", "Build", "Prompt t/s", "Decode t/s",
-               "ms/token", "TTFT ms", "Runs", "Expected decode t/s", "Measured/expected"]
+               "ms/token", "TTFT ms", "$/Mtok", "Runs", "Expected decode t/s", "Measured/expected"]
     body = []
     for row in rows:
         guess = expected.get((row["runtime"], row["model"], row["link"]), {})
         body.append([RUNTIME_TITLES.get(row["runtime"], row["runtime"]), row["model"], row["link"],
                      row.get("transport", "—"), row["world"],
                      row["split"], row["build"], spread(row["prompt_tps"]), spread(row["eval_tps"]),
-                     spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), row["runs"],
+                     spread(row["ms_per_token"]), spread(row["ttft_ms"], 1), mtok_cell(row), row["runs"],
                      expected_cell(guess, "decode_tps"), ratio_text(guess.get("decode_tps_ratio"))])
     return markdown_table(headers, body)
 
@@ -187,8 +193,8 @@ PROFILE_ROWS = (("gpu", "GPU", None), ("vram_gib", "VRAM (GiB)", 1), ("ram_gib",
                 ("disk_read_gbs", "Disk read (GB/s)", 2), ("cpu_cores", "CPU cores", None))
 
 
-def profile_table(nodes: Sequence[Mapping[str, Any]]) -> str:
-    """(c) the cluster profile, one column per rank."""
+def profile_table(nodes: Sequence[Mapping[str, Any]], price: bool = False) -> str:
+    """(c) the cluster profile, one column per rank; with `price`, each node's price in $/h."""
     headers = ["Property"] + ["Rank %s (%s)" % (node["rank"], node["host"]) for node in nodes]
     body = []
     for key, title, digits in PROFILE_ROWS:
@@ -200,6 +206,8 @@ def profile_table(nodes: Sequence[Mapping[str, Any]]) -> str:
             else:
                 cells.append(_fmt(float(value), digits) if digits is not None else str(value))
         body.append([title] + cells)
+    if price:
+        body.append(["Price ($/h)"] + [price_cell(node.get(PRICE_FIELD)) for node in nodes])
     return markdown_table(headers, body)
 
 
@@ -262,7 +270,8 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
         "finished": records[-1].get("finished", "") if records else "",
         "results_table": results_table(rows, expected),
         "runtimes_table": runtimes_table(rows),
-        "profile_table": profile_table(profile) if profile else "",
+        "profile_table": profile_table(profile, price=True) if profile else "",
+        "cost_line": report_cost(records, profile),
         "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
                                       if record.get("device_profile")), ""),
         "runs_table": runs_table(records),

@@ -23,13 +23,13 @@ class Result:
         self._result = {"changed": False, "ansible_facts": facts}
 
 
-def record(run_dir, index):
+def record(run_dir, index, **extra):
     with open(SINGLE_LOG) as handle:
         stderr = handle.read()
     ranks = [{"host": "n0", "rank": 0, "role": "head", "exit": 0, "stderr": stderr}]
     meta = {"run_id": os.path.basename(run_dir), "run_index": index, "warmup": index == 0, "link": "unshaped",
             "link_bits": 0, "run_dir": run_dir, "finished": "2026-12-03T00:00:00Z", "build": "0c1e570"}
-    return run_record(PLAN, ranks, stderr, meta)
+    return run_record(PLAN, ranks, stderr, dict(meta, **extra))
 
 
 @pytest.fixture()
@@ -61,6 +61,30 @@ def test_a_clean_playbook_writes_the_report_and_appends_the_measured_runs(callba
     report = (tmp_path / "r1" / "report.md").read_text()
     assert "| single node | tiny | unshaped | — | 1 | 1 node | 0c1e570 |" in report
     assert "| Rank 0 (n0) |" in report and "- single-tiny run1:" in report
+    # A static inventory gives no price: the cost is unknown, and says which node has none.
+    assert measured["usd_per_mtok"] is None and "| Price ($/h) | unknown |" in report
+    assert "Cost of this run: unknown (no price for n0: the inventory gives none;" in report
+
+
+def test_the_report_and_results_carry_the_cost_from_the_nodes_price(callback, tmp_path):
+    run_dir = str(tmp_path / "r1")
+    os.makedirs(run_dir)
+    # What bench.yml's profile and bench_record's meta carry from a Glows inventory's glows_price_cent.
+    profile = [{"rank": 0, "host": "n0", "gpu": "RTX 4090", "vram_gib": 24.0, "ram_gib": 42.0, "disk_read_gbs": 1.5,
+                "cpu_cores": 10, "price_cent_per_hour": 65}]
+    callback.v2_runner_on_ok(Result({"bench_profile": profile}))
+    for index in range(2):
+        callback.v2_runner_on_ok(Result({"bench_run_result": record(
+            run_dir, index, bench_started="2026-12-02T23:50:00Z", price_cent_per_hour={"n0": 65})}))
+    callback.v2_playbook_on_stats(AggregateStats())
+    [line] = [json.loads(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert line["price_cent_per_hour"] == {"n0": 65} and line["bench_started"] == "2026-12-02T23:50:00Z"
+    # $0.65/h / 3600 x (ms per token / 1000) x 1e6
+    assert line["usd_per_mtok"] == pytest.approx(0.65 / 3600 * line["ms_per_token"] / 1000 * 1e6)
+    report = (tmp_path / "r1" / "report.md").read_text()
+    # 23:50:00 to 00:00:00 at $0.65/h: $0.11
+    assert "Cost of this run: $0.11 (1 node, $0.65/h together, 10 min 0 s of wall time)." in report
+    assert "| Price ($/h) | 0.65 |" in report and "| $%.2f |" % line["usd_per_mtok"] in report
 
 
 def test_an_existing_report_is_never_overwritten(callback, tmp_path):

@@ -112,3 +112,57 @@ def test_report_lists_the_runs_repeated_after_a_cut_log():
     text, dummy = render_report([run("llama_rpc", 10.0)], [], lost)
     assert "- llama_rpc-tiny warmup0: `/r/raw/n0/llama_rpc-tiny/warmup0/stderr`" in text
     assert "Repeated because" not in render_report([run("llama_rpc", 10.0)], [])[0]
+
+
+def priced(record, prices, started="2026-12-02T11:56:18+00:00"):
+    """A run on hosts n0, n1, n2 with these prices (cents per hour), the benchmark started at `started`."""
+    return dict(record, hosts=["n0", "n1", "n2"], price_cent_per_hour=prices, bench_started=started)
+
+
+PROFILE = [{"rank": rank, "host": "n%d" % rank, "gpu": "RTX 4090", "vram_gib": 24.0, "ram_gib": 42.0,
+            "disk_read_gbs": 1.0, "cpu_cores": 10, "price_cent_per_hour": 65} for rank in range(3)]
+
+
+def test_each_row_and_results_line_carries_its_cost_per_million_generated_tokens(tmp_path):
+    # 3 x 65 cents = $1.95/h; 50 ms per generated token: 1.95 / 3600 x 0.05 x 1e6 = $27.08 per million
+    rows = aggregate([priced(run("llama_rpc", 20.0), {"n0": 65, "n1": 65, "n2": 65}),
+                      priced(run("prima", 20.0), {"n0": 65, "n1": None, "n2": 65})])
+    assert rows[0]["usd_per_mtok"] == pytest.approx(27.0833333) and rows[1]["usd_per_mtok"] is None
+    table = results_table(rows).splitlines()
+    assert "| ms/token | TTFT ms | $/Mtok | Runs |" in table[0]
+    assert "| 50.00 ± 0.00 | 100.0 ± 0.0 | $27.08 | 1 |" in table[2]
+    assert "| 50.00 ± 0.00 | 100.0 ± 0.0 | unknown | 1 |" in table[3]
+    path = tmp_path / "results.jsonl"
+    append_results(str(path), [priced(run("llama_rpc", 20.0), {"n0": 65, "n1": 65, "n2": 65}), run("single", 10.0)])
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["price_cent_per_hour"] == {"n0": 65, "n1": 65, "n2": 65}
+    assert lines[0]["usd_per_mtok"] == pytest.approx(27.0833333)
+    assert lines[0]["bench_started"] == "2026-12-02T11:56:18+00:00"
+    assert lines[1]["usd_per_mtok"] is None  # no price for n0
+
+
+def test_the_row_counts_its_own_nodes_only():
+    # single node: rank 0 alone, $0.65/h at 50 ms per token = $9.03 per million
+    rows = aggregate([dict(run("single", 10.0), price_cent_per_hour={"n0": 65, "n1": 65, "n2": 65})])
+    assert rows[0]["price_cent_per_hour"] == {"n0": 65} and "| $9.03 |" in results_table(rows)
+
+
+def test_profile_carries_each_nodes_price_and_the_report_the_runs_cost():
+    profile = [dict(PROFILE[0]), dict(PROFILE[1], price_cent_per_hour=80.5), dict(PROFILE[2])]
+    assert "| Price ($/h) | 0.65 | 0.805 | 0.65 |" in profile_table(profile, price=True).splitlines()
+    assert "Price" not in profile_table(profile)  # prima.cpp's device profile has no price
+    # $2.105/h for 3 min 42 s (11:56:18 to 12:00:00, the last run's end) = $0.13
+    text, dummy = render_report([priced(run("prima", 10.0), {"n0": 65, "n1": 80.5, "n2": 65})], profile)
+    assert "Cost of this run: $0.13 (3 nodes, $2.11/h together, 3 min 42 s of wall time).\n" in text
+    assert "prompt tokens are not counted" in text and "../shared" not in text and "http" not in text
+
+
+def test_without_prices_the_report_says_unknown_and_which_nodes():
+    profile = [dict(node, price_cent_per_hour=None) for node in PROFILE]
+    text, dummy = render_report([priced(run("prima", 10.0), {"n0": None, "n1": None, "n2": None})], profile)
+    assert ("Cost of this run: unknown (no price for n0, n1, n2: the inventory gives none; Glows inventories "
+            "carry glows_price_cent).") in text
+    assert "| Price ($/h) | unknown | unknown | unknown |" in text
+    assert "| 100.0 ± 0.0 | unknown | 1 |" in text
+    # Records from before the cost (no price, no start): unknown too, the report still renders.
+    assert "Cost of this run: unknown (no price for n0:" in render_report([run("single", 10.0)], [])[0]
