@@ -101,7 +101,7 @@ EXAMPLES = r"""
 plugin: prima.cluster.glows
 meta_key_prefix: bench-7f3a-
 regions: [TW-03]
-
+---
 # The instances of the last rental (the prefix in its record), cached for ten minutes, with a group per GPU model.
 plugin: prima.cluster.glows
 rental_file: ~/.config/prima-cluster/glows-rental.json
