@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -143,6 +144,46 @@ def unmount_all(root: str) -> int:
     return count
 
 
+def top_mounts(points: Iterable[str], root: str) -> List[str]:
+    """Of the mount points under `root`, those not inside another one, relative to `root` (what a copy skips)."""
+    root = root.rstrip("/")
+    relative = sorted({point[len(root) + 1:] for point in points if point.startswith(root + "/")})
+    tops: List[str] = []
+    for path in relative:
+        if not any(path.startswith(top + "/") for top in tops):
+            tops.append(path)
+    return tops
+
+
+def copy_root(source: str, dest: str) -> None:
+    """Copy a root filesystem. A live node's root has proc, sys, dev and bind mounts in it: those are not the
+    node's files (and /proc cannot be copied), so each is left out and only its mount point made, empty."""
+    source = os.path.realpath(source)
+    skipped = top_mounts(mounts_under(read_mountinfo(), source), source)
+    if not skipped:
+        run(["cp", "-a", "--reflink=auto", source, dest])
+        return
+    os.makedirs(dest)
+    os.chmod(dest, os.stat(source).st_mode & 0o7777)
+    excludes = ["--exclude=./" + path for path in skipped]
+    # --no-wildcards: a mount point is a path, never a pattern; --anchored: only that path, not any name ending so.
+    with tempfile.TemporaryFile() as pack_err:
+        pack = subprocess.Popen(["tar", "-C", source, "--anchored", "--no-wildcards", "--warning=no-file-changed"]
+                                + excludes + ["-cf", "-", "."], stdout=subprocess.PIPE, stderr=pack_err)
+        if pack.stdout is None:
+            raise SandboxError("tar gave no pipe")
+        unpack = run(["tar", "-C", dest, "--numeric-owner", "-xpf", "-"], check=False, stdin=pack.stdout)
+        pack.stdout.close()
+        pack.wait()
+        pack_err.seek(0)
+        message = pack_err.read().decode(errors="replace").strip()
+    # tar exits 1 when a file changed while it was read: a live node writes its logs.
+    if pack.returncode not in (0, 1) or unpack.returncode != 0:
+        raise SandboxError("copying %s to %s failed: %s %s" % (source, dest, message, unpack.stderr.strip()))
+    for path in skipped:
+        os.makedirs(os.path.join(dest, path), mode=0o755, exist_ok=True)
+
+
 class Node:
     def __init__(self, name: str, nodes_dir: str):
         self.name = name
@@ -180,10 +221,13 @@ class Node:
         return True
 
     def create(self, pristine: str, address: str, prefix_len: int, bridge: str, gateway: str,
-               authorized_key: str, binds: Iterable[Dict[str, object]]) -> None:
+               authorized_key: Optional[str], binds: Iterable[Dict[str, object]],
+               root_password: Optional[str] = None) -> None:
+        """root_password: the node is like a freshly rented one instead (the fake Glows API's nodes): its own host
+        keys, no key authorized, root logs in with this password."""
         os.makedirs(self.home)
-        run(["cp", "-a", "--reflink=auto", pristine, self.root])
-        self._configure_root(address, authorized_key)
+        copy_root(pristine, self.root)
+        self._configure_root(address, authorized_key, root_password)
         self._mount(binds)
         self._network(address, prefix_len, bridge, gateway)
         self._start_sshd(address)
@@ -210,8 +254,17 @@ class Node:
         run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w", "net.ipv4.conf.all.send_redirects=0"])
         run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w", "net.ipv4.conf.eth0.send_redirects=0"])
 
-    def _configure_root(self, address: str, authorized_key: str) -> None:
+    def _configure_root(self, address: str, authorized_key: Optional[str], root_password: Optional[str] = None) -> None:
         root = self.root
+        if root_password is not None:
+            # A copy of another node's root (a snapshot) carries that node's host keys and authorized keys.
+            ssh_etc = os.path.join(root, "etc/ssh")
+            for entry in os.listdir(ssh_etc) if os.path.isdir(ssh_etc) else []:
+                if entry.startswith("ssh_host_"):
+                    os.remove(os.path.join(ssh_etc, entry))
+            for path in (os.path.join(root, "root/.ssh/authorized_keys"), os.path.join(root, "root/.ssh/authorized_keys2")):
+                if os.path.lexists(path):
+                    os.remove(path)
         _write(os.path.join(root, "etc/hostname"), self.name + "\n")
         _write(os.path.join(root, "etc/hosts"),
                "127.0.0.1 localhost\n%s %s\n" % (address, self.name))
@@ -219,12 +272,19 @@ class Node:
         # resolv.conf would make each name lookup (Ansible's platform facts look up the
         # FQDN of the hostname, which is the host's) wait 10 s for a timeout.
         _write(os.path.join(root, "etc/resolv.conf"), "# the sandbox has no DNS: nodes reach everything by address\n")
+        login = "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        if root_password is not None:
+            login = "PermitRootLogin yes\nPasswordAuthentication yes\n"
         _write(os.path.join(root, "etc/ssh/sshd_config.d/sandbox.conf"),
-               "ListenAddress %s\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-               "UseDNS no\n" % address)
+               "ListenAddress %s\n%sUseDNS no\n" % (address, login))
         ssh_dir = os.path.join(root, "root/.ssh")
         os.makedirs(ssh_dir, mode=0o700, exist_ok=True)
-        _write(os.path.join(ssh_dir, "authorized_keys"), authorized_key.strip() + "\n", 0o600)
+        if authorized_key is not None:
+            _write(os.path.join(ssh_dir, "authorized_keys"), authorized_key.strip() + "\n", 0o600)
+        if root_password is not None:
+            if ":" in root_password or "\n" in root_password:
+                raise SandboxError("a root password cannot hold ':' or a newline (chpasswd reads user:password lines)")
+            run(["chroot", root, "chpasswd"], input="root:%s\n" % root_password)
         os.makedirs(os.path.join(root, "run/sshd"), mode=0o755, exist_ok=True)
         run(["chroot", root, "ssh-keygen", "-A"])
 

@@ -107,6 +107,8 @@ ADDRESS_POOL = ["10.77.0.%d" % host for host in range(40, 100)]
 ACCESS_TABLE = "glows_fake"
 ACCESS_NFT = os.path.join(SANDBOX_NFT_DIR, ACCESS_TABLE + ".nft")
 NODE_TABLE = "glows_fake_node"
+# 'g' and 6 characters of the instance id: the host side veth psbh-<name> fits IFNAMSIZ (15).
+NODE_NAME = re.compile(r"g[a-z0-9]{6}")
 SSHD_WAIT_S = 60.0
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -327,7 +329,8 @@ class SandboxBackend:
     def alive(self) -> List[str]:
         if not os.path.isdir(SANDBOX_NODES_DIR):
             return []
-        return sorted(entry for entry in os.listdir(SANDBOX_NODES_DIR) if entry.startswith("g"))
+        # Every fake's nodes, not only this server's: what a test asserts is that nothing is left.
+        return sorted(entry for entry in os.listdir(SANDBOX_NODES_DIR) if NODE_NAME.fullmatch(entry))
 
 
 def write_text(path: str, text: str) -> None:

@@ -1,8 +1,12 @@
+import os
+import subprocess
+
 import pytest
 
-from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import (SandboxError, host_veth_name,
-                                                                                 mounts_under, netns_name,
-                                                                                 pids_rooted_in, unescape_mount_path)
+from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import (SandboxError, copy_root,
+                                                                                 host_veth_name, mounts_under,
+                                                                                 netns_name, pids_rooted_in,
+                                                                                 top_mounts, unescape_mount_path)
 
 MOUNTINFO = """22 1 0:21 / / rw,relatime - overlay overlay rw
 40 22 0:5 / /var/lib/prima-sandbox/nodes/n0/root/proc rw - proc proc rw
@@ -41,3 +45,35 @@ def test_names():
     assert host_veth_name("n0") == "psbh-n0"
     with pytest.raises(SandboxError, match="too long for an interface name"):
         host_veth_name("a-very-long-node")
+
+
+def test_top_mounts_are_the_outermost_relative_to_the_root():
+    points = ["/r/sys/kernel/security", "/r/proc", "/r/sys", "/r/dev/pts", "/r/dev", "/r/var/cache/ccache", "/r",
+              "/rx/proc"]
+    assert top_mounts(points, "/r/") == ["dev", "proc", "sys", "var/cache/ccache"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
+def test_copy_root_leaves_out_what_is_mounted_in_a_live_root(tmp_path):
+    source, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    (source / "etc").mkdir(parents=True)
+    (source / "etc" / "hostname").write_text("n0\n")
+    (source / "var" / "cache" / "ccache").mkdir(parents=True)
+    (source / "var" / "cache" / "ccache" / "under-the-mount").write_text("hidden\n")
+    (source / "a b").mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "big").write_text("not the node's\n")
+    mounts = [source / "var" / "cache" / "ccache", source / "a b"]
+    for point in mounts:
+        subprocess.run(["mount", "--bind", str(elsewhere), str(point)], check=True)
+    try:
+        copy_root(str(source), str(tmp_path / "copy"))
+    finally:
+        for point in mounts:
+            subprocess.run(["umount", str(point)], check=True)
+    copy = tmp_path / "copy"
+    assert (copy / "etc" / "hostname").read_text() == "n0\n"
+    assert os.listdir(str(copy / "var" / "cache" / "ccache")) == [] and os.listdir(str(copy / "a b")) == []
+    # Nothing mounted: a plain cp -a, as before.
+    copy_root(str(source), str(tmp_path / "copy2"))
+    assert (tmp_path / "copy2" / "var" / "cache" / "ccache" / "under-the-mount").exists()
