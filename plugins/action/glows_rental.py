@@ -15,7 +15,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsrent
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient, GlowsError
+from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import (CODE_META_KEY_TAKEN, CODE_NOT_FOUND,
+                                                                             GlowsClient, GlowsError)
 
 display = Display()
 
@@ -105,7 +106,16 @@ class ActionModule(ActionBase):
         try:
             for key in decided["create"]:
                 body = glowsrent.create_body(key, args, args["ports"])
-                instance = client.create(body)
+                try:
+                    instance = client.create(body)
+                except GlowsError as error:
+                    if error.code == CODE_META_KEY_TAKEN:
+                        raise GlowsError("%s; the key %s is taken, by another rent of this prefix running now or "
+                                         "by another Glows account: choose another -e prefix" % (error, key))
+                    if error.code is None:
+                        # No answer from the API (a timeout, a dropped connection): the instance may exist.
+                        created.append(key)
+                    raise
                 created.append(key)
                 display.display("glows: created %s (%s), %s" % (key, instance.get("instanceID"),
                                                                 instance.get("status")))
@@ -158,7 +168,8 @@ class ActionModule(ActionBase):
                 client.cancel(meta_key=key)
                 released.append(key)
             except GlowsError as error:
-                failed.append("%s (%s)" % (key, error))
+                if error.code != CODE_NOT_FOUND:
+                    failed.append("%s (%s)" % (key, error))
         text = "; released the instances this run created (%s)" % (", ".join(released) or "none")
         if failed:
             text += "; COULD NOT release %s: run playbooks/glows-release.yml -e prefix=%s" % (

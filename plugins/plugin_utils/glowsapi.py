@@ -13,7 +13,8 @@ to another host (a redirect off the API's own scheme, host and port is refused).
 #   - Cancel: DELETE /instance?request_id=ID | ?meta_key=KEY, answer {code, msg}. The parameters are documented,
 #     the method is not.
 #   - Error codes: the docs list the numbers of ErrCode but no meanings. 176 = bad or expired token (third-party
-#     code saw it, on HTTP 200; it is not even in the documented enum); 10 = instance not found.
+#     code saw it, on HTTP 200; it is not even in the documented enum); 10 = instance not found; 17 = the
+#     custom_meta_key is already used (by this account or any other: the key is unique across Glows).
 #   - priceCent: an integer; its unit is taken to be US cents per hour (65 = $0.65/h).
 #   - hardware.gpuRamMB is taken to be per GPU, so a node's VRAM is gpuRamMB * gpuNum (glowsinventory.py).
 #   - baseSnap's inner keys are taken to be {snapID, snapName}.
@@ -41,6 +42,7 @@ COUNT_KEY = "count"               # GUESS
 CANCEL_METHOD = "DELETE"          # GUESS
 CODE_BAD_TOKEN = 176              # GUESS
 CODE_NOT_FOUND = 10               # GUESS
+CODE_META_KEY_TAKEN = 17          # GUESS
 PRICE_UNIT = "US cents per hour"  # GUESS
 
 # An instance listing is a few kB per instance; anything near this is not the API talking.
