@@ -1,9 +1,11 @@
 """Helpers for the tests that run the playbooks for real, through ansible-runner."""
 
 import contextlib
+import glob
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -164,12 +166,81 @@ def write_figures(name: str, figures: Dict[str, Any]) -> None:
         handle.write("\n")
 
 
+# The cluster lock on rank 0's node (roles/cluster_lock), and the sandbox hub's log of every response it serves.
+NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+LOCK_ON_NODE = "/var/lib/prima-bench/bench.lock"
+LOCK = os.path.join(NODE_ROOT % "n0", LOCK_ON_NODE.lstrip("/"))
+HUB_LOG = "/var/lib/prima-sandbox/hub-requests.log"
+STALE_LOCK_RUN_ID = "stale-site"
+
+
+def hub_records() -> List[Dict[str, Any]]:
+    if not os.path.exists(HUB_LOG):
+        return []
+    with open(HUB_LOG) as handle:
+        return [json.loads(line) for line in handle]
+
+
+@contextlib.contextmanager
+def planted_lock(run_id, playbook="bench.yml", bound_s=86400, controller=None):
+    """A lock held by a live ansible-playbook of this controller (or of `controller`), removed afterwards.
+
+    The holder is a sleep under the name ansible-playbook, so that no test holds the cluster for longer than its
+    own run."""
+    holder = subprocess.Popen(["ansible-playbook", "900"], executable="sleep")
+    record = json.dumps({"run_id": run_id, "playbook": playbook, "controller": controller or socket.gethostname(),
+                         "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s})
+    try:
+        assert not os.path.lexists(LOCK), "a lock was left on n0: %s" % os.readlink(LOCK)
+        os.symlink(record, LOCK)
+        yield record
+    finally:
+        holder.kill()
+        holder.wait()
+        if os.path.lexists(LOCK) and os.readlink(LOCK) == record:
+            os.unlink(LOCK)
+
+
+def age(path, seconds):
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def units() -> Dict[str, Any]:
+    """Every launcher script on every node, with its content and modification time."""
+    found = {}
+    for name in NODES:
+        for path in glob.glob(os.path.join(NODE_ROOT % name, "etc/prima-bench", "**"), recursive=True):
+            if not os.path.isfile(path):
+                continue
+            with open(path, "rb") as handle:
+                found[path] = (os.stat(path).st_mtime_ns, handle.read())
+    return found
+
+
+def unit_contents() -> Dict[str, bytes]:
+    return {path: content for path, (dummy, content) in units().items()}
+
+
+SITE_UNITS = {}  # type: Dict[str, bytes]
+
+
 @pytest.fixture(scope="session")
 def site_runs(sandbox):
-    """site.yml run twice on the fresh sandbox: (cold, second)."""
+    """site.yml run twice on the fresh sandbox: (cold, second).
+
+    The second run also finds the cluster lock held by a live ansible-playbook whose bound has passed (run id
+    STALE_LOCK_RUN_ID, bound 600 s, 2 h old), which it breaks with a NOTICE: test_locks checks that on this run,
+    test_site that it changes nothing. second.hub_requests is what the sandbox hub served during it
+    (test_models: a second run downloads nothing)."""
     cold = run_playbook("site.yml", label="site-cold")
     assert cold.status == "successful", cold.describe()
-    second = run_playbook("site.yml", label="site-second")
+    mark = len(hub_records())
+    with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
+        age(LOCK, 7200)
+        second = run_playbook("site.yml", label="site-second")
+    second.hub_requests = hub_records()[mark:]
+    SITE_UNITS.update(unit_contents())
     return cold, second
 
 
@@ -181,8 +252,7 @@ def local_fact(host, name: str) -> Dict[str, Any]:
     return json.loads(host.file("/etc/ansible/facts.d/%s.fact" % name).content_string)
 
 
-# Shared by the bench.yml tests (test_bench.py, test_sweep.py).
-NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+# Shared by the bench.yml tests (test_bench.py, test_sweep.py, test_locks.py).
 STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
 RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")  # forwarders too
 PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
@@ -192,9 +262,10 @@ PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
 def provisioned(site_runs):
     yield site_runs
     # Tests here render the units with other parameters (-e launch_*), as a user may; the
-    # units keep the last parameters applied. Put back what site.yml renders.
-    restore = run_playbook("playbooks/launch.yml", label="launch-restore")
-    assert restore.status == "successful", restore.describe()
+    # units keep the last parameters applied. Put back what site.yml renders, when they differ from it.
+    if unit_contents() != SITE_UNITS:
+        restore = run_playbook("playbooks/launch.yml", label="launch-restore")
+        assert restore.status == "successful", restore.describe()
 
 
 def bench(reports, run_id, label, background=False, **extravars):
@@ -203,6 +274,19 @@ def bench(reports, run_id, label, background=False, **extravars):
     if background:
         return BackgroundRun("bench.yml", **args)
     return run_playbook("bench.yml", **args)
+
+
+def assert_clean_failure(result, reports, results_before, *expected):
+    """A failed bench.yml that said `expected`, left no rank and no lock, kept the raw logs, and left
+    results.jsonl as it was (None: absent)."""
+    assert result.status == "failed", result.describe()
+    for text in expected:
+        assert text in result.stdout, "%r not in the output\n%s" % (text, result.describe())
+    assert rank_processes() == []
+    assert not os.path.lexists(LOCK)
+    results = reports / "results.jsonl"
+    assert (results.read_text() if results.exists() else None) == results_before
+    assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
 
 
 def rank_processes():

@@ -1,4 +1,7 @@
-"""bench.yml on the sandbox with the tiny model: reports that match the raw logs, and the failure cases."""
+"""bench.yml on the sandbox with the tiny model: reports that match the raw logs, and the failure cases.
+
+Elsewhere: a worker that never starts (test_sweep.py, in a sweep step: also its shaping taken off), a second
+bench.yml refused while one runs (test_locks.py, while the run after a killed one holds the cluster)."""
 
 import glob
 import json
@@ -10,24 +13,14 @@ import sys
 
 import pytest
 
-from conftest import NODE_ROOT, PRIMA, REPO, STATE, bench, rank_processes, running_child, wait_for, write_figures
+from conftest import (NODE_ROOT, PRIMA, REPO, STATE, assert_clean_failure, bench, rank_processes, running_child,
+                      wait_for, write_figures)
 
 
 def perflog(path):
     out = subprocess.run([sys.executable, os.path.join(REPO, "plugins", "perflog.py"), path], capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)[0]
-
-
-def assert_clean_failure(result, reports, results_before, *expected):
-    assert result.status == "failed", result.describe()
-    for text in expected:
-        assert text in result.stdout, "%r not in the output\n%s" % (text, result.describe())
-    assert rank_processes() == []
-    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
-    results = reports / "results.jsonl"
-    assert (results.read_text() if results.exists() else None) == results_before
-    assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
 
 
 def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
@@ -92,15 +85,6 @@ def test_one_measured_run_overhead(provisioned, tmp_path):
         "runtime": "llama_rpc", "command": "bench.yml -e model=tiny -e runtime=llama_rpc -e runs=1"})
 
 
-def test_worker_that_never_starts(provisioned, tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    result = bench(reports, "nostart-1", "bench-worker-never-starts", runtime="llama_rpc", runs=1,
-                   launch_rpc_server_extra_args=["--no-such-flag"])
-    assert_clean_failure(result, reports, None, "rank 1 (n1, llama_rpc worker) did not start",
-                         "exited with status 0 before listening", "last lines of its stderr")
-
-
 def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):
     # --log-disable stops llama.cpp's logger: the head exits 0 with no perf lines, as when its
     # logger thread loses the tail at exit; bench.yml runs it again, then gives up naming why.
@@ -139,20 +123,3 @@ def test_rank_killed_mid_run(provisioned, tmp_path, runtime, victim, expected):
     assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected))
     if runtime == "prima":
         assert "rank 0 (n0, prima head) exited 124: hang: killed by its timeout" in result.stdout
-
-
-def test_second_bench_is_refused(provisioned, tmp_path):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    first = bench(reports, "first-1", "bench-first", background=True, runtime="single", runs=3,
-                  launch_n_predict=400, launch_ctx_size=1024)
-    lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
-    wait_for(lambda: os.path.lexists(lock), 120, "the first bench.yml to take the lock")
-    second = bench(reports, "second-1", "bench-second", runtime="single", runs=1)
-    assert second.status == "failed", second.describe()
-    assert "another bench.yml is running on this cluster: n0 holds" in second.stdout
-    assert "for run first-1" in second.stdout
-    first_result = first.finish()
-    assert first_result.status == "successful", first_result.describe()
-    assert len((reports / "results.jsonl").read_text().splitlines()) == 3
-    assert rank_processes() == []

@@ -1,58 +1,19 @@
 """The cluster lock on the sandbox: bench.yml and site.yml take it before any node changes, a lock whose holder
 is gone (killed here, or older than its bound) is broken with a NOTICE, and -e break_lock=true breaks any.
 
-A live holder is planted by hand: a record naming this controller and a process here whose command line names
-ansible-playbook (a sleep under that name), so that no test holds the cluster for longer than its own run."""
+A live holder is planted by hand (conftest.planted_lock): a record naming this controller and a process here whose
+command line names ansible-playbook (a sleep under that name), so that no test holds the cluster for longer than its
+own run. The session's second site.yml (site_runs) ran with such a lock older than its bound."""
 
-import contextlib
-import glob
 import json
 import os
 import signal
 import socket
-import subprocess
-import time
 
 import pytest
 
-from conftest import NODE_ROOT, NODES, bench, rank_processes, run_playbook, wait_for
-
-LOCK = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
-LOCK_ON_NODE = "/var/lib/prima-bench/bench.lock"
-
-
-def units():
-    """Every launcher script on every node, with its content and modification time."""
-    found = {}
-    for name in NODES:
-        for path in glob.glob(os.path.join(NODE_ROOT % name, "etc/prima-bench", "**"), recursive=True):
-            if not os.path.isfile(path):
-                continue
-            with open(path, "rb") as handle:
-                found[path] = (os.stat(path).st_mtime_ns, handle.read())
-    return found
-
-
-@contextlib.contextmanager
-def planted_lock(run_id, playbook="bench.yml", bound_s=86400, controller=None):
-    """A lock held by a live ansible-playbook of this controller (or of `controller`), removed afterwards."""
-    holder = subprocess.Popen(["ansible-playbook", "900"], executable="sleep")
-    record = json.dumps({"run_id": run_id, "playbook": playbook, "controller": controller or socket.gethostname(),
-                         "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s})
-    assert not os.path.lexists(LOCK), "a lock was left on n0: %s" % os.readlink(LOCK)
-    os.symlink(record, LOCK)
-    try:
-        yield record
-    finally:
-        holder.kill()
-        holder.wait()
-        if os.path.lexists(LOCK) and os.readlink(LOCK) == record:
-            os.unlink(LOCK)
-
-
-def age(path, seconds):
-    then = time.time() - seconds
-    os.utime(path, (then, then), follow_symlinks=False)
+from conftest import (LOCK, LOCK_ON_NODE, STALE_LOCK_RUN_ID, bench, planted_lock, rank_processes, run_playbook,
+                      units, wait_for)
 
 
 def test_bench_is_refused_before_it_rewrites_the_units_and_break_lock_breaks_any(provisioned, tmp_path):
@@ -91,18 +52,19 @@ def test_site_is_refused_while_another_run_holds_the_cluster_and_breaks_a_lock_o
         assert "PLAY [Provision the nodes]" not in refused.stdout, "site.yml went on past the lock"
         assert os.readlink(LOCK) == record
 
-        # Its bound passed: hung or gone, its lock is broken even though its process still runs.
-        age(LOCK, 7200)
-        again = run_playbook("site.yml", label="lock-site-stale")
-        assert again.status == "successful", again.describe()
-        text = " ".join(again.stdout.split())
-        assert "NOTICE: n0: broke the cluster lock %s held by run running-2 (" % LOCK_ON_NODE in text, again.describe()
-        assert "older than the 600 s bound of its run" in text
-        assert {host: n for host, n in again.count("changed").items() if n} == {}, again.describe()
-        assert not os.path.lexists(LOCK), "site.yml did not release the lock"
+    # Its bound passed: hung or gone, its lock is broken even though its process still runs. The session's
+    # second site.yml found such a lock (site_runs planted it, 2 h old, bound 600 s, its holder running).
+    again = site_runs[1]
+    assert again.status == "successful", again.describe()
+    text = " ".join(again.stdout.split())
+    assert "NOTICE: n0: broke the cluster lock %s held by run %s (" % (LOCK_ON_NODE, STALE_LOCK_RUN_ID) in text, \
+        again.describe()
+    assert "older than the 600 s bound of its run" in text
+    assert {host: n for host, n in again.count("changed").items() if n} == {}, again.describe()
+    assert not os.path.lexists(LOCK), "site.yml did not release the lock"
 
 
-def test_a_killed_bench_leaves_its_lock_and_the_next_run_breaks_it(provisioned, tmp_path):
+def test_a_killed_bench_leaves_its_lock_the_next_run_breaks_it_and_refuses_a_second(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     killed = bench(reports, "killed-1", "lock-bench-killed", background=True, runtime="single", runs=1)
@@ -119,12 +81,27 @@ def test_a_killed_bench_leaves_its_lock_and_the_next_run_breaks_it(provisioned, 
     assert result.status != "successful", result.describe()
     assert os.path.lexists(LOCK), "the killed run's lock is gone: nothing left to break"
 
-    after = bench(reports, "after-kill-1", "lock-bench-after-kill", runtime="single", runs=1)
-    assert after.status == "successful", after.describe()
-    text = " ".join(after.stdout.split())
+    # The next bench.yml breaks the killed run's lock and holds the cluster in its turn (3 runs, long enough):
+    # a second bench.yml started meanwhile is refused, and the first goes on to the end.
+    first_reports = tmp_path / "first"
+    first_reports.mkdir()
+    after = bench(first_reports, "after-kill-1", "lock-bench-after-kill", background=True, runtime="single", runs=3)
+    try:
+        wait_for(lambda: os.path.lexists(LOCK) and json.loads(os.readlink(LOCK))["run_id"] == "after-kill-1", 120,
+                 "the next bench.yml to break the lock and take it")
+        second = bench(reports, "second-1", "bench-second", runtime="single", runs=1)
+    finally:
+        after_result = after.finish()
+    assert second.status == "failed", second.describe()
+    assert "another bench.yml is running on this cluster: n0 holds" in second.stdout
+    assert "for run after-kill-1" in second.stdout
+
+    assert after_result.status == "successful", after_result.describe()
+    text = " ".join(after_result.stdout.split())
     assert ("NOTICE: n0: broke the cluster lock %s held by run killed-1 (bench.yml, controller %s, pid %d, started %s"
-            % (LOCK_ON_NODE, socket.gethostname(), holder["pid"], holder["started"])) in text, after.describe()
+            % (LOCK_ON_NODE, socket.gethostname(), holder["pid"], holder["started"])) in text, after_result.describe()
     assert "its ansible-playbook (pid %d on %s) is not running any more" % (holder["pid"], socket.gethostname()) in text
+    assert len((first_reports / "results.jsonl").read_text().splitlines()) == 3
     assert not os.path.lexists(LOCK)
     assert rank_processes() == []
 

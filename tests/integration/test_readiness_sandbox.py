@@ -1,5 +1,6 @@
 """The readiness suite on the provisioned sandbox: it passes, then fails naming the node and the
-check for each thing broken (one at a time), and passes again once that is repaired."""
+check for each thing broken (one at a time), and passes again once everything is repaired (one run after the
+last repair, test_passes_again_once_everything_is_repaired: each test repairs what it broke)."""
 
 import os
 import shutil
@@ -50,6 +51,9 @@ def ready(site_runs):
     return outcomes
 
 
+REPAIRED = []
+
+
 def broken_then_repaired(label, break_it, repair, expected):
     try:
         break_it()
@@ -60,8 +64,7 @@ def broken_then_repaired(label, break_it, repair, expected):
         assert "readiness at a glance" in run.stdout
     finally:
         repair()
-    run, outcomes = readiness(label + "-repaired")
-    assert failures(outcomes) == [], run.stdout[-4000:]
+        REPAIRED.append(label)
 
 
 def test_missing_weights(ready):
@@ -136,3 +139,9 @@ def test_stopped_sshd(ready):
 
     broken_then_repaired("stopped-sshd", stop, start, [("compiler", "n1"), ("weights", "n1"),
                                                        ("ranks_reach_each_other", "cluster")])
+
+
+def test_passes_again_once_everything_is_repaired(ready):
+    """After the tests above, each of which repaired what it broke: one run for all the repairs."""
+    run, outcomes = readiness("repaired")
+    assert failures(outcomes) == [], "after repairing %s:\n%s" % (", ".join(REPAIRED), run.stdout[-4000:])

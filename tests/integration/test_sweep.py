@@ -6,7 +6,8 @@ import os
 import signal
 import subprocess
 
-from conftest import NODE_ROOT, NODES, PRIMA, STATE, bench, rank_processes, running_child, wait_for, write_figures
+from conftest import (NODE_ROOT, NODES, PRIMA, STATE, assert_clean_failure, bench, rank_processes, running_child,
+                      wait_for, write_figures)
 
 
 def shaping():
@@ -38,7 +39,9 @@ def ansible_playbook_of(run_id):
 def test_sweep_of_two_rates(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
-    result = bench(reports, "sweep-1", "bench-sweep", runtime="all", runs=2, links="1gbit,20mbit:1ms")
+    # One measured run per step and no warm-up: the rows, the probe and the plot need no more.
+    result = bench(reports, "sweep-1", "bench-sweep", runtime="all", runs=1, bench_warmup_runs=0,
+                   links="1gbit,20mbit:1ms")
     assert result.status == "successful", result.describe()
     assert shaping() == {node: [] for node in NODES}
     # This kernel has no netem: the delay is refused and said so, the rate is shaped all the same.
@@ -60,20 +63,19 @@ def test_sweep_of_two_rates(provisioned, tmp_path):
     assert (reports / "sweep-1" / "sweep-llama_rpc-tiny.png").read_bytes().startswith(b"\x89PNG")
     # The figure for the closing note: estimated against measured decode, per step.
     rows = [line for line in report.splitlines() if line.startswith(("| prima.cpp | tiny |", "| llama.cpp RPC | tiny |"))]
-    write_figures("sweep-figures.json", {"command": "bench.yml -e model=tiny -e runtime=all -e runs=2 "
-                                                    "-e links=1gbit,20mbit:1ms", "rows": rows})
+    write_figures("sweep-figures.json", {"command": "bench.yml -e model=tiny -e runtime=all -e runs=1 "
+                                                    "-e bench_warmup_runs=0 -e links=1gbit,20mbit:1ms", "rows": rows})
 
 
-def test_a_failing_step_takes_its_shaping_off(provisioned, tmp_path):
+def test_a_worker_that_never_starts_fails_the_step_and_its_shaping_is_taken_off(provisioned, tmp_path):
+    """Also the bench.yml failure case of a worker that never starts (once in test_bench.py, unshaped)."""
     reports = tmp_path / "reports"
     reports.mkdir()
     result = bench(reports, "sweep-fail", "bench-sweep-fails", runtime="llama_rpc", runs=1, links="100mbit,50mbit",
                    launch_rpc_server_extra_args=["--no-such-flag"])
-    assert result.status == "failed", result.describe()
-    assert "rank 1 (n1, llama_rpc worker) did not start" in result.stdout
+    assert_clean_failure(result, reports, None, "rank 1 (n1, llama_rpc worker) did not start",
+                         "exited with status 0 before listening", "last lines of its stderr")
     assert shaping() == {node: [] for node in NODES}
-    assert rank_processes() == []
-    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
 
 
 def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):

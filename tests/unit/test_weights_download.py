@@ -35,7 +35,8 @@ hub_server = load_hub_server()
 
 
 def serve(server):
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: server.shutdown() waits for the loop to look (0.5 s by default, at each test's end).
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     return "http://127.0.0.1:%d" % server.server_address[1]
 
