@@ -53,8 +53,9 @@ options:
     default: [Running]
   meta_key_prefix:
     description:
-      - Only instances whose metaKey starts with this (a rental's prefix). Empty takes every metaKey.
-      - When empty and I(rental_file) exists, the prefix recorded there is used.
+      - Only instances whose metaKey starts with this, a plain "starts with" test (C(bench-) takes C(bench-0) and
+        C(bench-x-1-0) alike). Empty takes every metaKey.
+      - When empty and I(rental_file) exists, the rental recorded there is used instead, with its exact keys.
     type: str
     default: ""
     env:
@@ -71,8 +72,9 @@ options:
   rental_file:
     description:
       - The JSON record the rent playbook writes, an object with the rental's C(prefix). When it exists and
-        I(meta_key_prefix) is empty, only the instances of that rental are listed. A file that is not such a record
-        is an error. Set it to an empty string to ignore any rental.
+        I(meta_key_prefix) is empty, only the instances of that rental are listed, those whose metaKey is exactly
+        C(<prefix>-<index>) (the keys its release cancels), so rental C(x-a) does not take C(x-a-1-0) of rental
+        C(x-a-1). A file that is not such a record is an error. Set it to an empty string to ignore any rental.
     type: str
     default: ~/.config/prima-cluster/glows-rental.json
     env:
@@ -86,7 +88,7 @@ options:
     type: float
     default: 1.0
   timeout_s:
-    description: Seconds to wait for each answer of the API.
+    description: Seconds one call of the API may take in all, connecting and reading the whole answer (not each read).
     type: float
     default: 30.0
 extends_documentation_fragment:
@@ -128,6 +130,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
+from ansible_collections.prima.cluster.plugins.plugin_utils.glowsrent import key_index
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient, GlowsError
 
 GROUP = "cluster"
@@ -206,14 +209,15 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 instances = [glowsinventory.without_password(instance) for instance in client.list_all()]
             if update_cache:
                 self._cache[cache_key] = instances
-            prefix = self.get_option("meta_key_prefix")
-            if not prefix:
-                rental = read_rental_prefix(self.get_option("rental_file") or "")
-                # A rental's keys are <prefix>-<index>: the dash keeps prefix "x" from taking rental "x2"'s nodes.
-                prefix = rental + "-" if rental else ""
+            prefix = self.get_option("meta_key_prefix") or ""
+            rental = "" if prefix else read_rental_prefix(self.get_option("rental_file") or "")
             chosen = glowsinventory.select(instances, statuses=self.get_option("statuses") or [],
                                            meta_key_prefix=prefix, remark=self.get_option("remark") or "",
                                            regions=self.get_option("regions") or [])
+            if rental:
+                # Exactly the keys release cancels (<prefix>-<index>): a "starts with" test would take rental
+                # "x-1"'s node x-1-0 into rental "x", a node that x's release never cancels.
+                chosen = [instance for instance in chosen if key_index(rental, instance.get("metaKey")) is not None]
             hosts = glowsinventory.inventory_hosts(chosen)
         except GlowsError as error:
             raise AnsibleParserError("%s (inventory %s)" % (error, path))

@@ -26,6 +26,10 @@ options:
     type: str
     env:
       - name: GLOWS_SDK_TOKEN
+  timeout_s:
+    description: Seconds one call of the API may take in all, connecting and reading the whole answer.
+    type: float
+    default: 30.0
 author: prima-cluster maintainers (!UNKNOWN)
 """
 
@@ -58,7 +62,7 @@ class LookupModule(LookupBase):
         if not token:
             raise AnsibleLookupError("prima.cluster.glows_ssh_password has no token: set GLOWS_SDK_TOKEN")
         try:
-            client = GlowsClient(self.get_option("api_url"), token)
+            client = GlowsClient(self.get_option("api_url"), token, timeout_s=self.get_option("timeout_s"))
             passwords = []
             for term in terms:
                 instance = client.query(request_id=str(term))

@@ -47,6 +47,8 @@ PRICE_UNIT = "US cents per hour"  # GUESS
 
 # An instance listing is a few kB per instance; anything near this is not the API talking.
 MAX_BODY_BYTES = 20 * 1024 * 1024
+# An answer is read this much at a time, so the deadline is checked between pieces however slowly they come.
+READ_CHUNK_BYTES = 64 * 1024
 # A server's Retry-After is honoured, up to this, so a bad header cannot park a run for hours.
 MAX_RETRY_AFTER_S = 60.0
 # 500 000 instances at 50 a page: far beyond any account; past it the paging is broken, not long.
@@ -119,6 +121,7 @@ class GlowsClient:
         self._token = token
         self.retries = max(int(retries), 0)
         self.backoff_s = max(float(backoff_s), 0.0)
+        # The most one request may take in all (connecting, sending, reading the whole answer), not each read.
         self.timeout_s = float(timeout_s)
         self._sleep = sleep
         self._opener = urllib.request.build_opener(_SameOriginRedirects())
@@ -175,7 +178,7 @@ class GlowsClient:
             if announced is not None:
                 if isinstance(announced, bool) or not isinstance(announced, int) or announced < 0:
                     raise GlowsError("%s answered a %r that is not a count: %s"
-                                     % (self._where("GET", LIST_PATH, params), TOTAL_KEY, _one_line(announced, 40)))
+                                     % (self._where("GET", LIST_PATH, params), TOTAL_KEY, self._short(announced, 40)))
                 total = announced
             before = len(seen)
             for item in items:
@@ -198,7 +201,7 @@ class GlowsClient:
         value = answer.get(COUNT_KEY)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise GlowsError("%s answered a %r that is not a count (%s): %s"
-                             % (self._where("GET", COUNT_PATH, {}), COUNT_KEY, _one_line(value, 40), URL_FIX))
+                             % (self._where("GET", COUNT_PATH, {}), COUNT_KEY, self._short(value, 40), URL_FIX))
         return value
 
     def create(self, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -234,9 +237,18 @@ class GlowsClient:
         return "%s %s" % (method, _endpoint_text(self._url(path, params)))
 
     def _scrub(self, text: str) -> str:
-        # A server might echo the Authorization header back in a message; it never reaches ours.
-        # Only where it stands alone, as a token would be quoted: a short test token must not garble the text.
-        return re.sub(r"(?<![A-Za-z0-9._~+/=-])%s(?![A-Za-z0-9._~+/=-])" % re.escape(self._token), "<token>", text)
+        # A server might echo the Authorization header back in a message, as it is or URL-encoded (in a query
+        # string, a key=value); it never reaches ours. Anywhere, with no word boundary: a token glued to '.' or '='
+        # is still the token. Longest form first, so a shorter one never leaves part of a longer one behind.
+        forms = {self._token, urllib.parse.quote(self._token), urllib.parse.quote(self._token, safe=""),
+                 urllib.parse.quote_plus(self._token)}
+        pattern = "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+        return re.sub(pattern, "<token>", str(text))
+
+    def _short(self, text: Any, limit: int = 200) -> str:
+        """Text from the server (or about its answer) for a message: scrubbed before it is shortened, since a cut
+        could leave part of the token that the scrub would no longer recognise."""
+        return _one_line(self._scrub(str(text)), limit)
 
     def _fail(self, message: str, code: Optional[int] = None, status: Optional[int] = None) -> GlowsError:
         return GlowsError(self._scrub(message), code=code, status=status)
@@ -267,7 +279,7 @@ class GlowsClient:
                              status=status)
         answer = self._decode(raw, status, where)
         code = answer["code"]
-        message = _one_line(answer.get("msg", ""))
+        message = self._short(answer.get("msg", ""))
         if code == CODE_BAD_TOKEN:
             raise self._fail("the Glows API refused the token (code 176 at %s: %s): %s" % (where, message, TOKEN_FIX),
                              code=code, status=status)
@@ -285,39 +297,70 @@ class GlowsClient:
     def _send(self, method: str, url: str, where: str, data: Optional[bytes]
               ) -> Tuple[int, bytes, Optional[float]]:
         """HTTP status, body (capped) and Retry-After seconds. HTTP errors are answers too: the API sends its
-        envelope with them, and 429 is retried by the caller."""
+        envelope with them, and 429 is retried by the caller. The body is read against one deadline, timeout_s
+        from the start: urllib's timeout bounds each socket operation only, so a body trickled a byte at a time
+        would never end. (The status line and headers are read inside urllib, each read within timeout_s; http.client
+        caps them at 100 lines.)"""
+        deadline = time.monotonic() + self.timeout_s
         headers = {"Authorization": "Bearer " + self._token, "Accept": "application/json",
                    "User-Agent": "prima.cluster-glows/1"}
         if data is not None:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                return response.status, self._read(response, where), None
-        except urllib.error.HTTPError as error:
-            with error:
-                return error.code, self._read(error, where), _retry_after(error.headers)
+            try:
+                response = self._opener.open(request, timeout=self.timeout_s)
+                status, retry_after = response.status, None  # type: int, Optional[float]
+            except urllib.error.HTTPError as error:
+                # Read outside this except clause: a timeout or reset while reading the error's body must reach
+                # the clauses below, which a raise inside a sibling clause would skip.
+                response, status, retry_after = error, error.code, _retry_after(error.headers)
+            with response:
+                return status, self._read(response, where, deadline), retry_after
         except GlowsError:
             raise
         except urllib.error.URLError as error:
             raise self._fail("cannot reach the Glows API at %s: %s; %s"
-                             % (_endpoint_text(self.api_url), _one_line(error.reason), URL_FIX)) from None
-        except (socket.timeout, TimeoutError) as error:
-            raise self._fail("cannot reach the Glows API at %s: no answer to %s within %.0f s (%s); %s"
-                             % (_endpoint_text(self.api_url), where, self.timeout_s, _one_line(error) or "timeout",
-                                URL_FIX)) from None
+                             % (_endpoint_text(self.api_url), self._short(error.reason), URL_FIX)) from None
+        except (socket.timeout, TimeoutError):
+            # A read waited out what was left of timeout_s (a connect that does is a URLError above).
+            raise self._too_slow(where) from None
         except (OSError, ValueError) as error:
             # A connection reset, a broken TLS session or a malformed status line: the API did not answer.
             raise self._fail("cannot reach the Glows API at %s: %s (%s); %s"
-                             % (_endpoint_text(self.api_url), type(error).__name__, _one_line(error), URL_FIX)
+                             % (_endpoint_text(self.api_url), type(error).__name__, self._short(error), URL_FIX)
                              ) from None
 
-    def _read(self, response: Any, where: str) -> bytes:
-        raw = response.read(MAX_BODY_BYTES + 1)
-        if len(raw) > MAX_BODY_BYTES:
-            raise self._fail("%s answered more than %d MiB; refused (not an SDK answer): %s"
-                             % (where, MAX_BODY_BYTES // (1024 * 1024), URL_FIX))
-        return raw
+    def _read(self, response: Any, where: str, deadline: float) -> bytes:
+        """The body, read piece by piece until the deadline: read1 returns what one socket read gives (read would
+        wait for the whole size), so the deadline is checked at least every timeout_s."""
+        read = getattr(response, "read1", None) or response.read
+        pieces = []  # type: List[bytes]
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._too_slow(where)
+            _limit_socket_wait(response, left)
+            piece = read(min(READ_CHUNK_BYTES, MAX_BODY_BYTES + 1 - size))
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
+            if size > MAX_BODY_BYTES:
+                raise self._fail("%s answered more than %d MiB; refused (not an SDK answer): %s"
+                                 % (where, MAX_BODY_BYTES // (1024 * 1024), URL_FIX))
+        if time.monotonic() > deadline:
+            raise self._too_slow(where)
+        return b"".join(pieces)
+
+    def _too_slow(self, where: str) -> GlowsError:
+        return self._fail("%s gave no complete answer within %g s (timeout_s, for connecting and reading it all); "
+                          "re-run later, raise timeout_s, or %s" % (where, self.timeout_s, URL_FIX))
+
+    def _excerpt(self, raw: bytes) -> str:
+        # Scrubbed whole, then cut: an excerpt cut first could end in part of the token.
+        return _one_line(self._scrub(raw.decode("utf-8", "replace"))[:80], 80)
 
     def _decode(self, raw: bytes, status: int, where: str) -> Dict[str, Any]:
         try:
@@ -325,16 +368,31 @@ class GlowsClient:
         except ValueError:
             if status != 200:
                 raise self._fail("%s answered HTTP %d (%r); re-run later, or %s"
-                                 % (where, status, _one_line(raw[:80].decode("utf-8", "replace"), 80), URL_FIX),
+                                 % (where, status, self._excerpt(raw), URL_FIX),
                                  status=status) from None
             raise self._fail("%s answered HTTP %d with something that is not JSON (%r): %s (the SDK base is like %s)"
-                             % (where, status, _one_line(raw[:80].decode("utf-8", "replace"), 80), URL_FIX,
+                             % (where, status, self._excerpt(raw), URL_FIX,
                                 DEFAULT_API_URL), status=status) from None
         code = answer.get("code") if isinstance(answer, dict) else None
         if isinstance(code, bool) or not isinstance(code, int):
             raise self._fail("%s answered HTTP %d with JSON that is not the SDK's {code, msg, ...}: %s"
                              % (where, status, URL_FIX), status=status)
         return answer
+
+
+def _limit_socket_wait(response: Any, seconds: float) -> None:
+    """Lets the next socket read wait no longer than what is left of the deadline, so a call never overruns it by
+    a whole timeout_s. http.client gives no public handle on the socket: reached through the response's buffered
+    reader (HTTPError wraps the response once more); when the chain is not there, the deadline is still checked
+    between reads, and each read is bounded by timeout_s."""
+    for holder in (response, getattr(response, "fp", None)):
+        sock = getattr(getattr(getattr(holder, "fp", None), "raw", None), "_sock", None)
+        if sock is not None and hasattr(sock, "settimeout"):
+            try:
+                sock.settimeout(max(seconds, 0.001))
+            except OSError:
+                pass  # already closed: the read that follows says so
+            return
 
 
 def _retry_after(headers: Any) -> Optional[float]:

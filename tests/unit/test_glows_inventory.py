@@ -203,3 +203,16 @@ def test_glows_keys_takes_the_password_from_the_api_and_never_prints_it(tmp_path
     assert "Need vault_glows_root_password" not in run.stdout
     for secret in passwords(fake) + [TOKEN]:
         assert secret not in run.stdout
+
+
+def test_a_rental_takes_only_its_own_keys_not_those_of_a_longer_prefix(tmp_path, fake):
+    # Rental "rent-a" owns rent-a-<digits>; "rent-a-1" is another rental (a valid prefix) that release of rent-a
+    # never cancels, so the inventory of rent-a must not run the cluster on it either.
+    rent(fake, "rent-a-0", "rent-a-1", "rent-a-1-0", "rent-a-x")
+    rental = tmp_path / "rental.json"
+    rental.write_text(json.dumps({"prefix": "rent-a"}))
+    data = listing(inventory(tmp_path, fake, env={"GLOWS_RENTAL_FILE": str(rental)}))
+    assert data["cluster"]["hosts"] == ["rent-a-0", "rent-a-1"]
+    # meta_key_prefix stays a plain "starts with" filter, as documented.
+    data = listing(inventory(tmp_path, fake, env={"GLOWS_RENTAL_FILE": str(rental), "GLOWS_META_KEY_PREFIX": "rent-a-"}))
+    assert data["cluster"]["hosts"] == ["rent-a-0", "rent-a-1", "rent-a-1-0", "rent-a-x"]

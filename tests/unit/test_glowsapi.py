@@ -6,6 +6,8 @@ import contextlib
 import json
 import socket
 import threading
+import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -367,3 +369,59 @@ def test_an_oversized_answer_is_refused(monkeypatch):
     with answering(lambda handler: send(handler, 200, b"x" * 4096)) as url:
         with pytest.raises(GlowsError, match="answered more than"):
             client(url).count()
+
+
+def trickling(handler, status=200):
+    """An answer that keeps coming, one byte every 0.1 s for 3 s: each read is quick, the whole is not."""
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Length", "30")
+        handler.end_headers()
+        for _sent in range(30):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.1)
+    except OSError:
+        pass  # the client hung up, as it should
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_trickled_answer_is_cut_off_at_timeout_s_in_all(status):
+    # 500: the body of an HTTP error is read too (the API sends its envelope with it), under the same deadline.
+    with answering(lambda handler: trickling(handler, status)) as url:
+        started = time.monotonic()
+        with pytest.raises(GlowsError) as raised:
+            client(url, timeout_s=0.5).count()
+        took = time.monotonic() - started
+    assert took < 1.5, "one call took %.1f s with timeout_s=0.5" % took
+    assert str(raised.value) == ("GET %s/instance/count gave no complete answer within 0.5 s (timeout_s, for "
+                                 "connecting and reading it all); re-run later, raise timeout_s, or check api_url / "
+                                 "GLOWS_API_URL" % url)
+    assert_one_line_without_token(raised.value)
+
+
+def test_the_ssh_password_lookup_passes_its_timeout_on():
+    lookup = lookup_loader.get("prima.cluster.glows_ssh_password")
+    with answering(trickling) as url:
+        started = time.monotonic()
+        with pytest.raises(AnsibleLookupError, match="no complete answer within 0.5 s"):
+            lookup.run(["ins-aaaaaaaa"], variables={}, api_url=url, token=TOKEN, timeout_s=0.5)
+    assert time.monotonic() - started < 1.5
+
+
+def test_the_token_is_scrubbed_anywhere_and_url_encoded_before_any_shortening():
+    token = "sk/live+9f8e=7d6c.5b4a"
+    forms = (token, urllib.parse.quote(token), urllib.parse.quote(token, safe=""), urllib.parse.quote_plus(token))
+    messages = ["invalid token %s." % token, "rejected Authorization=Bearer%%20%s" % urllib.parse.quote(token),
+                "token=%s&x=1" % urllib.parse.quote_plus(token), "k=%s" % urllib.parse.quote(token, safe=""),
+                "x" * 190 + " " + token]
+    # A body that is not JSON is quoted only in part: the token must not be cut into the excerpt either.
+    answers = [(200, {"code": 5, "msg": message}) for message in messages] + [
+        (502, ("<html>" + "x" * 66 + token).encode())]
+    with answering(lambda handler: send(handler, *answers[0])) as url:  # one server: each stop takes 0.5 s
+        while answers:
+            with pytest.raises(GlowsError) as raised:
+                GlowsClient(url, token).count()
+            answers.pop(0)
+            text = str(raised.value)
+            assert "<token>" in text and not any(form[:4] in text for form in forms), text
