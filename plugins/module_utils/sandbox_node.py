@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -144,44 +143,25 @@ def unmount_all(root: str) -> int:
     return count
 
 
-def top_mounts(points: Iterable[str], root: str) -> List[str]:
-    """Of the mount points under `root`, those not inside another one, relative to `root` (what a copy skips)."""
-    root = root.rstrip("/")
-    relative = sorted({point[len(root) + 1:] for point in points if point.startswith(root + "/")})
-    tops: List[str] = []
-    for path in relative:
-        if not any(path.startswith(top + "/") for top in tops):
-            tops.append(path)
-    return tops
-
-
-def copy_root(source: str, dest: str) -> None:
-    """Copy a root filesystem. A live node's root has proc, sys, dev and bind mounts in it: those are not the
-    node's files (and /proc cannot be copied), so each is left out and only its mount point made, empty."""
+def copy_root(source: str, dest: str, staging: str) -> None:
+    """Copy a root filesystem. A live node's root has proc, sys, dev and bind mounts in it: they are not the node's
+    files (and /proc cannot be copied). A bind of the root alone (not recursive, read-only) at `staging` shows the
+    root's own files, with what the mounts hide (a debootstrapped /dev's device nodes, which chroot needs), and is
+    what is copied."""
     source = os.path.realpath(source)
-    skipped = top_mounts(mounts_under(read_mountinfo(), source), source)
-    if not skipped:
+    if not mounts_under(read_mountinfo(), source):
         run(["cp", "-a", "--reflink=auto", source, dest])
         return
-    os.makedirs(dest)
-    os.chmod(dest, os.stat(source).st_mode & 0o7777)
-    excludes = ["--exclude=./" + path for path in skipped]
-    # --no-wildcards: a mount point is a path, never a pattern; --anchored: only that path, not any name ending so.
-    with tempfile.TemporaryFile() as pack_err:
-        pack = subprocess.Popen(["tar", "-C", source, "--anchored", "--no-wildcards", "--warning=no-file-changed"]
-                                + excludes + ["-cf", "-", "."], stdout=subprocess.PIPE, stderr=pack_err)
-        if pack.stdout is None:
-            raise SandboxError("tar gave no pipe")
-        unpack = run(["tar", "-C", dest, "--numeric-owner", "-xpf", "-"], check=False, stdin=pack.stdout)
-        pack.stdout.close()
-        pack.wait()
-        pack_err.seek(0)
-        message = pack_err.read().decode(errors="replace").strip()
-    # tar exits 1 when a file changed while it was read: a live node writes its logs.
-    if pack.returncode not in (0, 1) or unpack.returncode != 0:
-        raise SandboxError("copying %s to %s failed: %s %s" % (source, dest, message, unpack.stderr.strip()))
-    for path in skipped:
-        os.makedirs(os.path.join(dest, path), mode=0o755, exist_ok=True)
+    os.makedirs(staging)
+    try:
+        run(["mount", "--bind", source, staging])
+        try:
+            run(["mount", "-o", "remount,bind,ro", staging])
+            run(["cp", "-a", "--reflink=auto", staging, dest])
+        finally:
+            run(["umount", staging])
+    finally:
+        os.rmdir(staging)
 
 
 class Node:
@@ -205,8 +185,9 @@ class Node:
         if not self.exists():
             return False
         stop_processes(self.pids)
-        if os.path.exists(self.root):
-            unmount_all(self.root)
+        # The home, not only the root: a copy cut short leaves its source's bind there.
+        if os.path.exists(self.home):
+            unmount_all(self.home)
         if netns_exists(self.netns):
             run(["ip", "netns", "delete", self.netns])
         # Deleting the namespace usually takes the veth pair with it.
@@ -226,7 +207,7 @@ class Node:
         """root_password: the node is like a freshly rented one instead (the fake Glows API's nodes): its own host
         keys, no key authorized, root logs in with this password."""
         os.makedirs(self.home)
-        copy_root(pristine, self.root)
+        copy_root(pristine, self.root, os.path.join(self.home, "source"))
         self._configure_root(address, authorized_key, root_password)
         self._mount(binds)
         self._network(address, prefix_len, bridge, gateway)

@@ -9,7 +9,7 @@ Without --sandbox no machine exists: an instance is a record whose ssh access is
 from a pool>, Running once schedule_s has passed. With --sandbox (root, the sandbox up) each instance is a real
 sandbox node (plugins/module_utils/sandbox_node.py) made from the image's or snapshot's root directory, with
 root password login, a firewall like the mapped topology's nodes and a port of the access gateway (psb-access,
-nftables table `ip glows_fake`, never the sandbox's own table) mapped to its sshd: SchedQueued until that
+nftables table `ip glows_fake_<hash of the state file>`, never the sandbox's own table) mapped to its sshd: SchedQueued until that
 port answers with sshd's banner, then Running. Cancel destroys the node before it answers.
 
 Every instance is written to the state file as it changes, so `cleanup` (a test's finalizer, or after a crash)
@@ -42,6 +42,7 @@ access urls are "".
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -104,8 +105,7 @@ PREFIX_LEN = 24
 SUBNET = "10.77.0.0/24"
 ACCESS_NETNS = "psb-access"
 ADDRESS_POOL = ["10.77.0.%d" % host for host in range(40, 100)]
-ACCESS_TABLE = "glows_fake"
-ACCESS_NFT = os.path.join(SANDBOX_NFT_DIR, ACCESS_TABLE + ".nft")
+ACCESS_TABLE_PREFIX = "glows_fake_"
 NODE_TABLE = "glows_fake_node"
 # 'g' and 6 characters of the instance id: the host side veth psbh-<name> fits IFNAMSIZ (15).
 NODE_NAME = re.compile(r"g[a-z0-9]{6}")
@@ -225,9 +225,11 @@ class SandboxBackend:
     """Real sandbox nodes behind the access gateway. Every call is made with the server's lock NOT held (they
     take seconds); the server serialises what must be (the access table) with its own lock here."""
 
-    def __init__(self, log: Callable[[str], None]):
+    def __init__(self, state_file: str, log: Callable[[str], None]):
         self.sn = load_sandbox_node()
         self.log = log
+        self.table = access_table(state_file)
+        self.nft_file = os.path.join(SANDBOX_NFT_DIR, self.table + ".nft")
         self.nft_lock = threading.Lock()
 
     @staticmethod
@@ -289,16 +291,16 @@ class SandboxBackend:
         self.sn.run(["ip", "netns", "exec", self.sn.netns_name(name), "nft", "-f", path])
 
     def apply_access(self, mappings: List[Tuple[int, str, int]]) -> None:
-        """The whole table `ip glows_fake` of the access gateway, from the live instances' (public port, node
+        """This server's whole table of the access gateway, from the live instances' (public port, node
         address, node port): rewritten as one nft transaction, so a rule never lingers or goes missing."""
         with self.nft_lock:
             if not os.path.exists("/run/netns/" + ACCESS_NETNS):
                 return
             if not mappings:
-                self.sn.run(["ip", "netns", "exec", ACCESS_NETNS, "nft", "delete", "table", "ip", ACCESS_TABLE],
+                self.sn.run(["ip", "netns", "exec", ACCESS_NETNS, "nft", "delete", "table", "ip", self.table],
                             check=False)
-                if os.path.exists(ACCESS_NFT):
-                    os.remove(ACCESS_NFT)
+                if os.path.exists(self.nft_file):
+                    os.remove(self.nft_file)
                 return
             lines = ["        ip daddr %s tcp dport %d dnat to %s:%d" % (ACCESS, public, address, port)
                      for public, address, port in sorted(mappings)]
@@ -315,10 +317,10 @@ class SandboxBackend:
                 "        type nat hook postrouting priority srcnat; policy accept;\n"
                 "        ct status dnat masquerade\n"
                 "    }\n"
-                "}\n" % (ACCESS_TABLE, ACCESS_TABLE, ACCESS_TABLE, "\n".join(lines)))
+                "}\n" % (self.table, self.table, self.table, "\n".join(lines)))
             os.makedirs(SANDBOX_NFT_DIR, exist_ok=True)
-            write_text(ACCESS_NFT, rules)
-            self.sn.run(["ip", "netns", "exec", ACCESS_NETNS, "nft", "-f", ACCESS_NFT])
+            write_text(self.nft_file, rules)
+            self.sn.run(["ip", "netns", "exec", ACCESS_NETNS, "nft", "-f", self.nft_file])
 
     def destroy(self, name: str) -> None:
         self.node(name).destroy()
@@ -383,7 +385,7 @@ class FakeGlows:
             for snap_id, root in self.snapshots.items():
                 if not os.path.isdir(root):
                     raise FakeError("snapshot %s: %r is not a root directory" % (snap_id, root))
-            self.backend = SandboxBackend(self.log)
+            self.backend = SandboxBackend(self.state_file, self.log)
         self._load()
 
     # ---- persistence
@@ -402,6 +404,8 @@ class FakeGlows:
                 continue
             self.instances[public["instanceID"]] = {"public": public, "fake": fake}
             self.order.append(public["instanceID"])
+        if dropped and self.backend is None:
+            raise FakeError("%s names sandbox nodes: clean it up first (glows_api.py cleanup)" % self.state_file)
         for record in dropped:
             destroy_record(record, self.backend)
         if dropped:
@@ -765,7 +769,9 @@ class FakeGlows:
                 self._refresh(record)
             instances = [dict(self.instances[key]["public"], _fake=self.instances[key]["fake"]) for key in self.order]
             nodes = self.backend.alive() if self.backend is not None else []
-            return json.loads(json.dumps({"instances": instances, "nodes": nodes, "faults": self.faults}))
+            table = self.backend.table if self.backend is not None else None
+            return json.loads(json.dumps({"instances": instances, "nodes": nodes, "faults": self.faults,
+                                          "access_table": table}))
 
     def cleanup(self) -> int:
         """Cancel everything (the nodes destroyed, the access table removed); returns how many instances."""
@@ -791,24 +797,31 @@ def _int_param(params: Dict[str, str], name: str, default: int, low: int, high: 
     return int(raw)
 
 
+def access_table(state_file: str) -> str:
+    """The access gateway's nft table of the server on this state file: each fake's own (two fakes, or a unit test's
+    cleanup while a sandbox-mode fake serves, never touch another's rules; the sandbox's prima_access is never
+    touched)."""
+    return ACCESS_TABLE_PREFIX + hashlib.sha256(os.path.abspath(state_file).encode()).hexdigest()[:8]
+
+
 def destroy_record(record: Dict[str, Any], backend: Optional[SandboxBackend]) -> None:
     node = record.get("fake", {}).get("node")
-    if not node:
+    if not node or backend is None:
         return
-    if backend is None:
-        backend = SandboxBackend(lambda message: None)
     backend.destroy(node)
 
 
 def cleanup_state_file(state_file: str) -> int:
-    """What a server on this state file made, gone: its nodes, their firewall files, the access table. For a
+    """What a server on this state file made, gone: its nodes, their firewall files, its access table. For a
     finalizer (the server stopped, maybe crashed). Returns how many instances there were."""
     state = read_state(state_file)
     records = [record for record in state["instances"] if isinstance(record, dict)]
     backend = None
-    if any(record.get("fake", {}).get("node") for record in records) or os.path.exists(ACCESS_NFT):
-        if os.geteuid() == 0:
-            backend = SandboxBackend(lambda message: None)
+    table_file = os.path.join(SANDBOX_NFT_DIR, access_table(state_file) + ".nft")
+    if any(record.get("fake", {}).get("node") for record in records) or os.path.exists(table_file):
+        if os.geteuid() != 0:
+            raise FakeError("%s names sandbox nodes: cleanup needs root" % state_file)
+        backend = SandboxBackend(state_file, lambda message: None)
     for record in records:
         destroy_record(record, backend)
     if backend is not None:
@@ -1055,7 +1068,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     clean.add_argument("--state-file", required=True)
     args = parser.parse_args(argv)
     if args.command == "cleanup":
-        count = cleanup_state_file(args.state_file)
+        try:
+            count = cleanup_state_file(args.state_file)
+        except (FakeError, ValueError) as error:
+            sys.stderr.write("glows_api.py: %s\n" % error)
+            return 2
         print("cleaned up %d instance(s)" % count)
         return 0
 

@@ -365,3 +365,10 @@ def test_cli_refuses_sandbox_without_root_or_sandbox(tmp_path):
                            "--sandbox", "--image", "img-x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=30, check=False)
     assert done.returncode != 0 and ("needs root" in done.stderr or "not up" in done.stderr or "ID=ROOT" in done.stderr)
+
+
+def test_each_state_file_has_its_own_access_table(tmp_path):
+    """A unit test's cleanup (root, no nodes) must never remove the rules of a sandbox-mode fake serving meanwhile."""
+    first, second = glows.access_table(str(tmp_path / "a.json")), glows.access_table(str(tmp_path / "b.json"))
+    assert first != second and first.startswith("glows_fake_") and len(first) <= 32
+    assert glows.access_table(str(tmp_path / "a.json")) == first
