@@ -4,6 +4,8 @@ On the controller, through the SDK API (plugin_utils/glowsapi.py); the decisions
 plugin_utils/glowsrent.py. Documented in plugins/modules/glows_rental.py.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -58,13 +60,42 @@ def write_rental_file(path: str, record: Mapping[str, Any]) -> None:
         raise
 
 
-def read_rental_prefix(path: str) -> str:
+def read_rental_record(path: str) -> Dict[str, Any]:
+    """The rental file's record; {} when there is none. One that cannot be read is an error: taking it for "no
+    rental" would start a second rental, or release nothing, while the first one runs on."""
+    if not path or not os.path.lexists(path):
+        return {}
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)
-    except (OSError, ValueError):
-        return ""
-    return record.get("prefix", "") if isinstance(record, dict) else ""
+    except (OSError, ValueError) as error:
+        raise AnsibleActionFail("the rental file %s cannot be read (%s); fix or remove it (the instances it named may "
+                                "still run: see the Glows console)" % (path, error))
+    if not isinstance(record, dict) or not isinstance(record.get("prefix"), str):
+        raise AnsibleActionFail("the rental file %s is not a rental record (a JSON object with a prefix); fix or remove "
+                                "it (the instances it named may still run: see the Glows console)" % path)
+    return record
+
+
+@contextlib.contextmanager
+def rental_lock(path: str):
+    """One rent or release of a rental at a time on this controller: two at once would each create, or one
+    cancel what the other just reported as rented."""
+    if not path:
+        yield
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    handle = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise AnsibleActionFail("another glows-rent.yml or glows-release.yml of the rental file %s runs now (it "
+                                    "holds %s.lock); wait for it to finish" % (path, path))
+        yield
+    finally:
+        os.close(handle)
 
 
 class ActionModule(ActionBase):
@@ -79,13 +110,33 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(problems[0])
         client = GlowsClient(args["api_url"], args["token"], retries=args["retries"], backoff_s=args["backoff_s"])
         try:
-            if args["state"] == "absent":
-                result.update(self._release(client, args))
-            else:
-                result.update(self._rent(client, args))
+            with rental_lock(args["rental_file"]):
+                self._check_record(args)
+                if args["state"] == "absent":
+                    result.update(self._release(client, args))
+                else:
+                    result.update(self._rent(client, args))
         except GlowsError as error:
             raise AnsibleActionFail(str(error))
+        except OSError as error:
+            raise AnsibleActionFail("the rental file %s: %s; set GLOWS_RENTAL_FILE to a path this user may write"
+                                    % (args["rental_file"], error))
         return result
+
+    @staticmethod
+    def _check_record(args: Dict[str, Any]) -> None:
+        """The rental file's rental lives on one API: a run against another (another account, the public API
+        instead of a test one) would find nothing, and a release would drop the record of instances still running."""
+        record = read_rental_record(args["rental_file"])
+        if args["state"] == "present" and record.get("prefix") not in (None, args["prefix"]):
+            raise AnsibleActionFail("the rental file %s records another rental, prefix %s; release it first "
+                                    "(playbooks/glows-release.yml), or rent this one with another GLOWS_RENTAL_FILE"
+                                    % (args["rental_file"], record["prefix"]))
+        if record.get("prefix") == args["prefix"] and record.get("api_url") not in (None, args["api_url"]):
+            raise AnsibleActionFail("the rental file %s records prefix %s on the API %s, but this run talks to %s; set "
+                                    "GLOWS_API_URL=%s (or use another GLOWS_RENTAL_FILE)"
+                                    % (args["rental_file"], args["prefix"], record["api_url"], args["api_url"],
+                                       record["api_url"]))
 
     # Renting
 
@@ -102,6 +153,8 @@ class ActionModule(ActionBase):
             return {"changed": bool(decided["create"]), "prefix": prefix, "created": decided["create"],
                     "instances": decided["existing"],
                     "msg": "would create %s" % (", ".join(decided["create"]) or "nothing")}
+        # The record first: a rental file that cannot be written stops the run before anything costs money.
+        self._record(args, client, keys, decided["existing"])
         created = []  # type: List[str]
         try:
             for key in decided["create"]:
@@ -110,8 +163,14 @@ class ActionModule(ActionBase):
                     instance = client.create(body)
                 except GlowsError as error:
                     if error.code == CODE_META_KEY_TAKEN:
-                        raise GlowsError("%s; the key %s is taken, by another rent of this prefix running now or "
-                                         "by another Glows account: choose another -e prefix" % (error, key))
+                        if client.find(key) is not None:
+                            # This account's: another rent of the prefix made it meanwhile. Wait for it too,
+                            # and never cancel it here.
+                            display.display("glows: %s exists already (another rent of this prefix?); waiting "
+                                            "for it too" % key)
+                            continue
+                        raise GlowsError("%s; the key %s belongs to another Glows account (keys are unique across "
+                                         "Glows): choose another -e prefix" % (error, key))
                     if error.code is None:
                         # No answer from the API (a timeout, a dropped connection): the instance may exist.
                         created.append(key)
@@ -121,8 +180,10 @@ class ActionModule(ActionBase):
                                                                 instance.get("status")))
             self._record(args, client, keys)
             instances = self._wait_running(client, keys, args)
-        except (GlowsError, AnsibleActionFail) as error:
-            raise AnsibleActionFail("%s%s" % (error, self._after_failure(client, args, created)))
+        except Exception as error:  # whatever failed, what this run created must not run on unrecorded
+            cleaned = self._after_failure(client, args, created)
+            self._settle_record(args, client)
+            raise AnsibleActionFail("%s%s" % (error, cleaned))
         self._record(args, client, keys, instances)
         cents = glowsrent.hourly_cents(instances)
         return {"changed": bool(created), "prefix": prefix, "created": created,
@@ -142,6 +203,9 @@ class ActionModule(ActionBase):
             if state["lost"]:
                 raise AnsibleActionFail("%s disappeared while waiting for Running (cancelled from the console, or "
                                         "Glows released it)" % ", ".join(state["lost"]))
+            if state["failed"]:
+                raise AnsibleActionFail("%s will not run (%s); try another region or GPU"
+                                        % (", ".join(state["failed"]), state["line"]))
             if state["ready"]:
                 display.display("glows: " + state["line"])
                 return [dict(instance) for instance in mine if instance.get("metaKey") in keys]
@@ -178,8 +242,23 @@ class ActionModule(ActionBase):
             text += " (keep them next time with -e keep_on_failure=true)"
         return text
 
-    def _record(self, args: Dict[str, Any], client: GlowsClient, keys: List[str],
-                instances: Any = None) -> None:
+    @staticmethod
+    def _settle_record(args: Dict[str, Any], client: GlowsClient) -> None:
+        """After a failed rent the record says what is left: nothing left, no record (the next rent may start
+        afresh); else the instances that still run."""
+        if not args["rental_file"]:
+            return
+        try:
+            left = glowsrent.owned(client.list_all(), args["prefix"])
+        except GlowsError:
+            return  # the API is not answering: keep the record as it is, it may name instances still running
+        if left:
+            write_rental_file(args["rental_file"], glowsrent.rental_record(args["prefix"], args["api_url"], args, left))
+        elif read_rental_record(args["rental_file"]).get("prefix") == args["prefix"]:
+            os.unlink(args["rental_file"])
+
+    @staticmethod
+    def _record(args: Dict[str, Any], client: GlowsClient, keys: List[str], instances: Any = None) -> None:
         if not args["rental_file"]:
             return
         if instances is None:
@@ -199,7 +278,10 @@ class ActionModule(ActionBase):
                     "msg": "would release %s" % (", ".join(i.get("metaKey") for i in mine) or "nothing")}
         for instance in mine:
             try:
-                client.cancel(request_id=instance["instanceID"])
+                if isinstance(instance.get("instanceID"), str) and instance["instanceID"]:
+                    client.cancel(request_id=instance["instanceID"])
+                else:
+                    client.cancel(meta_key=instance["metaKey"])
             except GlowsError:
                 # Gone between the listing and the cancel is what release wants; anything else stays an error.
                 if client.find(instance["metaKey"]) is not None:
@@ -214,7 +296,7 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("still listed after cancelling: %s; check the Glows console"
                                         % ", ".join(str(i.get("metaKey")) for i in left))
             time.sleep(max(0.1, args["poll_s"]))
-        if args["rental_file"] and read_rental_prefix(args["rental_file"]) == prefix:
+        if args["rental_file"] and read_rental_record(args["rental_file"]).get("prefix") == prefix:
             os.unlink(args["rental_file"])
         return {"changed": bool(mine), "prefix": prefix, "released": [i.get("metaKey") for i in mine],
                 "msg": ("released %d instances under prefix %s; they cost %s" % (len(mine), prefix, spent)) if mine

@@ -17,6 +17,9 @@ PREFIX_MAX = 48
 MAX_COUNT = 64
 READY = "Running"
 PENDING = ("SchedQueued",)
+# Only SchedQueued and Running are documented. A status that says the instance will not come is taken as final
+# at once (a guess, as the words are); any other unknown status is waited on, named in the progress line.
+FINAL_STATUS = re.compile(r"fail|error|stop|cancel|releas|terminat|delet|expire", re.IGNORECASE)
 SSH_PROTOCOL = 1  # ports[].protocol: 1 SSH, 2 HTTP (API docs)
 HTTP_PROTOCOL = 2
 
@@ -88,7 +91,8 @@ def plan(instances: Sequence[Mapping[str, Any]], prefix: str, request: Mapping[s
                         % (len(have), prefix, count, ", ".join(rental_key(prefix, index) for index in extra),
                            max(extra) + 1, prefix))
     for index, instance in sorted(have.items()):
-        gpu = (instance.get("hardware") or {}).get("gpuName")
+        hardware = instance.get("hardware")
+        gpu = hardware.get("gpuName") if isinstance(hardware, Mapping) else None
         if gpu and gpu != request["gpu_name"]:
             problems.append("%s (%s) is a %s, not the requested %s; release the rental or choose another prefix"
                             % (instance.get("metaKey"), instance.get("instanceID"), gpu, request["gpu_name"]))
@@ -132,14 +136,15 @@ def public_view(instance: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def has_ssh_url(instance: Mapping[str, Any]) -> bool:
-    return any(isinstance(access, Mapping) and access.get("protocol") == "ssh" and access.get("url")
-               for access in instance.get("accesses") or [])
+    accesses = instance.get("accesses")
+    return isinstance(accesses, list) and any(
+        isinstance(access, Mapping) and access.get("protocol") == "ssh" and access.get("url") for access in accesses)
 
 
 def progress(instances: Sequence[Mapping[str, Any]], keys: Sequence[str], waited_s: float) -> Dict[str, Any]:
     """Where the rental stands: ready when every key is Running with its SSH access; lost keys are gone."""
     by_key = {instance.get("metaKey"): instance for instance in instances}
-    states, lost, ready = [], [], 0
+    states, lost, failed, ready = [], [], [], 0
     for key in keys:
         instance = by_key.get(key)
         if instance is None:
@@ -147,12 +152,14 @@ def progress(instances: Sequence[Mapping[str, Any]], keys: Sequence[str], waited
             states.append("%s gone" % key)
             continue
         status = str(instance.get("status") or "?")
+        if FINAL_STATUS.search(status):
+            failed.append(key)
         if status == READY and has_ssh_url(instance):
             ready += 1
         elif status == READY:
             status = "Running, no SSH access yet"
         states.append("%s %s" % (key, status))
-    return {"ready": ready == len(keys) and not lost, "lost": lost,
+    return {"ready": ready == len(keys) and not lost, "lost": lost, "failed": failed,
             "line": "%d/%d Running after %d s: %s" % (ready, len(keys), waited_s, ", ".join(states))}
 
 
@@ -177,8 +184,10 @@ def spent_text(instances: Sequence[Mapping[str, Any]], now: Optional[float] = No
     cents, unknown = 0.0, []
     for instance in instances:
         price = instance.get("priceCent")
-        created = (instance.get("createTime") or {}).get("seconds")
-        if isinstance(price, bool) or not isinstance(price, int) or not isinstance(created, (int, float)):
+        created_time = instance.get("createTime")
+        created = created_time.get("seconds") if isinstance(created_time, Mapping) else None
+        if (isinstance(price, bool) or not isinstance(price, int) or isinstance(created, bool)
+                or not isinstance(created, (int, float))):
             unknown.append(str(instance.get("metaKey") or instance.get("instanceID")))
             continue
         cents += price * max(0.0, now - created) / 3600.0

@@ -123,7 +123,8 @@ def test_rate_limits_are_retried_and_api_errors_stop_the_rent_cleanly(fake, tmp_
     limited = playbook(fake, tmp_path, "glows-release", TOKEN, "-e", "prefix=prima-r")
     assert limited.returncode != 0 and "rate limited" in limited.said, limited.stdout
     faults(fake, rate_limit_next=0, error_next={"code": 88, "msg": "no stock of that GPU in TW-03", "count": 1})
-    stock = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-s")
+    stock = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-s",
+                     "-e", "glows_rental_file=%s" % (tmp_path / "other-rental.json"))
     assert stock.returncode != 0 and "no stock of that GPU in TW-03" in stock.said and "88" in stock.said
 
 
@@ -148,3 +149,27 @@ def test_a_bad_token_and_a_release_without_a_rental_say_the_fix(fake, tmp_path):
     assert "wrong" not in bad.stdout.replace("wrong-", "")
     orphan = playbook(fake, tmp_path, "glows-release", TOKEN)
     assert orphan.returncode != 0 and "Nothing to release: no -e prefix=NAME" in orphan.said, orphan.stdout
+
+
+def test_the_rental_file_is_guarded(fake, tmp_path):
+    """A rental file that cannot be written stops the rent before anything exists; one that is no record, or that
+    names another API, is refused instead of read as "no rental" (which would start a second one, or drop it)."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    unwritable = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU,
+                          "-e", "glows_rental_file=%s/rental.json" % blocked)
+    assert unwritable.returncode != 0 and "not-a-dir/rental.json" in unwritable.said, unwritable.stdout
+    assert keys(fake) == []
+
+    rent = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-g")
+    assert rent.returncode == 0, rent.stdout
+    elsewhere = playbook(fake, tmp_path, "glows-release", TOKEN, "-e", "glows_rental_api_url=http://127.0.0.1:9/sdk/v1")
+    assert elsewhere.returncode != 0 and "records prefix prima-g on the API %s" % fake.url in elsewhere.said
+    another = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-h")
+    assert another.returncode != 0 and "records another rental, prefix prima-g" in another.said, another.stdout
+
+    text = (tmp_path / "rental.json").read_text()
+    (tmp_path / "rental.json").write_text(text[:len(text) // 2])
+    garbage = playbook(fake, tmp_path, "glows-release", TOKEN)
+    assert garbage.returncode != 0 and "is not a rental record" in garbage.said, garbage.stdout
+    assert keys(fake) == ["prima-g-0"]

@@ -112,3 +112,19 @@ def test_rental_record_holds_no_password():
                                                                       "instance_id": "ins--a-0"}]
     assert "secret-pw" not in json.dumps(record)
     assert "secret-pw" not in json.dumps(glowsrent.public_view(instance("prima-a-0")))
+
+
+def test_a_status_that_says_the_instance_will_not_come_fails_at_once():
+    keys = ["prima-a-0", "prima-a-1"]
+    state = glowsrent.progress([instance("prima-a-0", status="Failed"), instance("prima-a-1", status="Creating",
+                                                                                 url="")], keys, 5)
+    assert state["failed"] == ["prima-a-0"] and not state["ready"]
+    assert "prima-a-1 Creating" in state["line"]
+
+
+def test_answers_of_the_wrong_shape_are_no_crash():
+    odd = dict(instance("prima-a-0"), accesses=5, hardware="x", createTime="x")
+    assert not glowsrent.has_ssh_url(odd)
+    assert glowsrent.plan([odd], "prima-a", REQUEST)["problems"] == []
+    assert glowsrent.spent_text([odd], now=10).startswith("unknown")
+    assert not glowsrent.progress([odd], ["prima-a-0"], 1)["ready"]
