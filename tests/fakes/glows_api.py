@@ -164,7 +164,8 @@ def write_json_atomic(path: str, data: Any) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     temp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
-    with open(temp, "w") as handle:
+    # It holds every instance's root password (real ones, in sandbox mode): its owner's alone.
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
         handle.write("\n")
     os.replace(temp, path)

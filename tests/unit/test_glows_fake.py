@@ -372,3 +372,8 @@ def test_each_state_file_has_its_own_access_table(tmp_path):
     first, second = glows.access_table(str(tmp_path / "a.json")), glows.access_table(str(tmp_path / "b.json"))
     assert first != second and first.startswith("glows_fake_") and len(first) <= 32
     assert glows.access_table(str(tmp_path / "a.json")) == first
+
+
+def test_the_state_file_holding_the_passwords_is_its_owners_alone(tmp_path):
+    glows.write_json_atomic(str(tmp_path / "state.json"), {"instances": []})
+    assert os.stat(tmp_path / "state.json").st_mode & 0o777 == 0o600
