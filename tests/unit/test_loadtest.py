@@ -1,0 +1,77 @@
+"""The load test's figures (plugins/plugin_utils/loadtest.py): SSE parsing, TTFT and ITL, percentiles, levels."""
+
+import json
+
+import pytest
+
+from ansible_collections.prima.cluster.plugins.plugin_utils import loadtest
+
+
+def chunk(text=None, **extra):
+    delta = {"content": text} if text is not None else {"role": "assistant"}
+    return dict({"choices": [{"index": 0, "delta": delta}], "object": "chat.completion.chunk"}, **extra)
+
+
+def test_sse_data_stops_at_done_and_keeps_what_is_not_json():
+    lines = [": keep-alive", "", "data: " + json.dumps(chunk()), "event: x", "data: " + json.dumps(chunk("Hi")),
+             "data: {broken", "data: [DONE]", "data: " + json.dumps(chunk("after"))]
+    events = loadtest.sse_data(lines)
+    assert events == [chunk(), chunk("Hi"), "{broken"]
+
+
+def test_stream_figures():
+    timings = {"prompt_n": 12, "prompt_ms": 30.0, "prompt_per_second": 400.0, "predicted_n": 3,
+               "predicted_ms": 60.0, "predicted_per_second": 50.0}
+    arrivals = [(10.0, chunk()), (10.25, chunk("a")), (10.27, chunk("b")), (10.30, chunk("c")),
+                (10.31, chunk("", timings=timings))]
+    figures = loadtest.stream_figures(10.0, arrivals)
+    assert figures["ttft_ms"] == pytest.approx(250.0)
+    assert figures["itl_ms"] == pytest.approx([20.0, 30.0])
+    assert figures["tokens"] == 3 and figures["error"] is None
+    assert figures["server"]["eval_tps"] == 50.0 and figures["server"]["prompt_tokens"] == 12
+
+
+@pytest.mark.parametrize("arrivals, needle", [
+    ([], "no content in 0 events"),
+    ([(1.0, chunk()), (1.1, "not json")], "no content in 2 events"),
+    ([(1.0, {"error": {"code": 500, "message": "boom"}})], "the server sent an error event"),
+])
+def test_a_stream_without_tokens_is_an_error(arrivals, needle):
+    figures = loadtest.stream_figures(0.0, arrivals)
+    assert needle in figures["error"] and figures["ttft_ms"] is None
+
+
+def test_odd_chunks_add_no_tokens():
+    for odd in ({"choices": "x"}, {"choices": []}, {"choices": [{"delta": "x"}]}, {"choices": [{"delta": {"content": 5}}]},
+                None, 7, [1]):
+        assert loadtest.delta_text(odd) == ""
+
+
+def test_percentile_is_linear_between_ranks():
+    values = [1, 2, 3, 4]
+    assert loadtest.percentile(values, 50) == 2.5
+    assert loadtest.percentile(values, 95) == pytest.approx(3.85)
+    assert loadtest.percentile([5], 99) == 5.0
+    assert loadtest.percentile([None, float("nan"), True, "x"], 50) is None
+
+
+def test_level_summary_and_table():
+    ok = {"ttft_ms": 100.0, "itl_ms": [10.0, 20.0], "tokens": 3, "error": None}
+    slow = {"ttft_ms": 300.0, "itl_ms": [30.0], "tokens": 2, "error": None}
+    failed = {"error": "HTTP 503"}
+    level = loadtest.level_summary(2, [ok, slow, failed], 2.0)
+    assert level["requests"] == 3 and level["errors"] == 1 and level["tokens"] == 5
+    assert level["aggregate_tps"] == 2.5 and level["ttft_p50_ms"] == 200.0 and level["itl_p50_ms"] == 20.0
+    assert level["error_samples"] == ["HTTP 503"]
+    table = loadtest.load_table([level, loadtest.level_summary(4, [failed], 1.0)])
+    assert "| 2 | 3 | 200.0 / 290.0 / 298.0 | 20.00 / 29.00 / 29.80 | 2.50 | 1 |" in table
+    assert "| 4 | 1 | — / — / — | — / — / — | — | 1 |" in table
+
+
+def test_request_figures_take_the_clients_error_first():
+    ok = loadtest.request_figures({"sent": 1.0, "arrivals": [[1.5, chunk("a")]], "error": None})
+    assert ok["ttft_ms"] == 500.0 and ok["error"] is None
+    cut = loadtest.request_figures({"sent": 1.0, "arrivals": [[1.5, chunk("a")]], "error": "stream ended"})
+    assert cut["error"] == "stream ended" and cut["tokens"] == 1
+    assert loadtest.request_figures({"sent": None, "error": "ConnectionRefusedError: x"})["error"].startswith("Conn")
+    assert loadtest.request_figures({"sent": 1.0, "arrivals": "x"})["error"] == "no content in 0 events"
