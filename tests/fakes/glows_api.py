@@ -54,6 +54,7 @@ import string
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -1037,6 +1038,17 @@ def serving(token: str, state_file: str, **kwargs: Any) -> Iterator[Server]:
             server.stop()
         finally:
             server.cleanup()
+
+
+def post_faults(server: "Server", **switches: Any) -> Dict[str, Any]:
+    """Set fault switches through the fake's own endpoint, as a test sees it (POST /_fake/faults)."""
+    request = urllib.request.Request(server.root + "/_fake/faults", data=json.dumps(switches).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer = json.loads(response.read())
+    if answer.get("code") != 0:
+        raise AssertionError("the fake refused the faults %r: %r" % (switches, answer))
+    return answer
 
 
 def _pairs(values: List[str], what: str, need_path: bool) -> Dict[str, Optional[str]]:

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient
-from ansible_collections.prima.cluster.tests.fakes.glows_api import serving
+from ansible_collections.prima.cluster.tests.fakes.glows_api import post_faults, serving
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -25,13 +25,6 @@ TOKEN = "glows-inventory-test-token-42"
 def fake(tmp_path):
     with serving(token=TOKEN, state_file=str(tmp_path / "glows.json")) as server:
         yield server
-
-
-def faults(fake, **values):
-    request = urllib.request.Request(fake.root + "/_fake/faults", data=json.dumps(values).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert json.loads(response.read())["code"] == 0
 
 
 def rent(fake, *keys, **extra):
@@ -145,7 +138,7 @@ def test_the_cache_holds_no_password_and_a_fresh_one_makes_no_call(tmp_path, fak
     for secret in passwords(fake) + [TOKEN]:
         assert secret not in stored
     # Every API call now fails: only a cache hit can list the hosts.
-    faults(fake, error_next={"code": 1, "msg": "internal error", "count": 1000})
+    post_faults(fake, error_next={"code": 1, "msg": "internal error", "count": 1000})
     assert listing(inventory(tmp_path, fake, config)) == first
     refreshed = inventory(tmp_path, fake, config, "--flush-cache")
     assert refreshed.returncode != 0 and "answered code 1 (internal error)" in refreshed.stderr
@@ -153,7 +146,7 @@ def test_the_cache_holds_no_password_and_a_fresh_one_makes_no_call(tmp_path, fak
 
 def test_a_node_without_ssh_access_fails_the_whole_inventory_naming_it(tmp_path, fake):
     rent(fake, "s-0")
-    faults(fake, no_ssh_access=True)
+    post_faults(fake, no_ssh_access=True)
     late = rent(fake, "s-1")[0]
     run = inventory(tmp_path, fake)
     assert run.returncode != 0 and run.stdout.strip() == ""

@@ -1,42 +1,29 @@
 """playbooks/glows-rent.yml and glows-release.yml against the fake Glows API (no nodes, loopback only):
 idempotent rent, exact release, a failed rent cleaning up after itself, rate limits, and refusals."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import urllib.request
 
 import pytest
+
+from ansible_collections.prima.cluster.tests.fakes.glows_api import post_faults, serving
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 TOKEN = "tok-rent"
 GPU = "NVIDIA GeForce RTX 4090"
 
-_spec = importlib.util.spec_from_file_location("glows_api_fake", os.path.join(REPO, "tests", "fakes", "glows_api.py"))
-assert _spec is not None and _spec.loader is not None
-glows = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(glows)
-
 
 @pytest.fixture
 def fake(tmp_path):
-    with glows.serving(TOKEN, str(tmp_path / "fake-state.json")) as server:
+    with serving(TOKEN, str(tmp_path / "fake-state.json")) as server:
         yield server
 
 
-def faults(server, **switches):
-    request = urllib.request.Request(server.root + "/_fake/faults", data=json.dumps(switches).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.status == 200
-
-
 def state(server):
-    with urllib.request.urlopen(server.root + "/_fake/state", timeout=10) as answer:
-        return json.load(answer)
+    return server.fake.state()
 
 
 def playbook(server, tmp_path, name, token=TOKEN, *args):
@@ -99,7 +86,7 @@ def test_rent_is_idempotent_and_release_takes_exactly_the_rental(fake, tmp_path)
 
 
 def test_a_rent_that_times_out_releases_what_it_created_unless_told_to_keep(fake, tmp_path):
-    faults(fake, schedule_s=600)
+    post_faults(fake, schedule_s=600)
     failed = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=2", "-e", "gpu=" + GPU, "-e", "prefix=prima-w",
                       "-e", "glows_rental_wait_timeout_s=2")
     assert failed.returncode != 0
@@ -115,14 +102,14 @@ def test_a_rent_that_times_out_releases_what_it_created_unless_told_to_keep(fake
 
 
 def test_rate_limits_are_retried_and_api_errors_stop_the_rent_cleanly(fake, tmp_path):
-    faults(fake, rate_limit_next=2)
+    post_faults(fake, rate_limit_next=2)
     rent = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-r",
                     "-e", "glows_rental_keep_on_failure=false")
     assert rent.returncode == 0, rent.stdout
-    faults(fake, rate_limit_next=50)
+    post_faults(fake, rate_limit_next=50)
     limited = playbook(fake, tmp_path, "glows-release", TOKEN, "-e", "prefix=prima-r")
     assert limited.returncode != 0 and "rate limited" in limited.said, limited.stdout
-    faults(fake, rate_limit_next=0, error_next={"code": 88, "msg": "no stock of that GPU in TW-03", "count": 1})
+    post_faults(fake, rate_limit_next=0, error_next={"code": 88, "msg": "no stock of that GPU in TW-03", "count": 1})
     stock = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU, "-e", "prefix=prima-s",
                      "-e", "glows_rental_file=%s" % (tmp_path / "other-rental.json"))
     assert stock.returncode != 0 and "no stock of that GPU in TW-03" in stock.said and "88" in stock.said

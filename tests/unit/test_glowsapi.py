@@ -19,7 +19,7 @@ from ansible.plugins.loader import lookup_loader
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import (CODE_NOT_FOUND, DEFAULT_API_URL,
                                                                              GlowsClient, GlowsError)
-from ansible_collections.prima.cluster.tests.fakes.glows_api import serving
+from ansible_collections.prima.cluster.tests.fakes.glows_api import post_faults, serving
 
 TOKEN = "glows-test-token-0123456789"
 PASSWORD = "root-password-never-shown"
@@ -156,13 +156,6 @@ def fake(tmp_path):
         yield server
 
 
-def faults(fake, **values):
-    request = urllib.request.Request(fake.root + "/_fake/faults", data=json.dumps(values).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert json.loads(response.read())["code"] == 0
-
-
 def client(url, sleeps=None, **kwargs):
     return GlowsClient(url, TOKEN, sleep=(sleeps.append if sleeps is not None else lambda seconds: None), **kwargs)
 
@@ -214,7 +207,7 @@ def test_a_missing_or_unusable_token_or_url_fails_before_any_call():
 
 
 def test_a_non_zero_code_names_code_message_and_endpoint(fake):
-    faults(fake, error_next={"code": 88, "msg": "no stock of\nthat GPU " + TOKEN, "count": 1})
+    post_faults(fake, error_next={"code": 88, "msg": "no stock of\nthat GPU " + TOKEN, "count": 1})
     with pytest.raises(GlowsError) as raised:
         client(fake.url).create(body("bench-0"))
     assert str(raised.value).startswith("POST %s/instance answered code 88 (no stock of that GPU <token>)" % fake.url)
@@ -223,14 +216,14 @@ def test_a_non_zero_code_names_code_message_and_endpoint(fake):
 
 
 def test_rate_limits_are_retried_with_exponential_backoff(fake):
-    faults(fake, rate_limit_next=3)
+    post_faults(fake, rate_limit_next=3)
     sleeps = []
     assert client(fake.url, sleeps, retries=5, backoff_s=0.5).count() == 0
     assert sleeps == [0.5, 1.0, 2.0]
 
 
 def test_rate_limits_past_the_retries_say_how_long_was_waited(fake):
-    faults(fake, rate_limit_next=10)
+    post_faults(fake, rate_limit_next=10)
     sleeps = []
     with pytest.raises(GlowsError) as raised:
         client(fake.url, sleeps, retries=2).list_all()
@@ -254,7 +247,7 @@ def test_a_failed_listing_page_fails_the_whole_listing(fake):
     glows = client(fake.url)
     for index in range(3):
         glows.create(body("bench-%d" % index))
-    faults(fake, list_fail_page=2)
+    post_faults(fake, list_fail_page=2)
     with pytest.raises(GlowsError) as raised:
         glows.list_all(per_page=2)
     assert str(raised.value).startswith("GET %s/instance/list?page=2&per_page=2 answered code 1 (internal error)"
@@ -262,7 +255,7 @@ def test_a_failed_listing_page_fails_the_whole_listing(fake):
 
 
 def test_a_new_instance_without_ssh_access_is_named(fake):
-    faults(fake, no_ssh_access=True)
+    post_faults(fake, no_ssh_access=True)
     made = client(fake.url).create(body("bench-0"))
     with pytest.raises(GlowsError) as raised:
         glowsinventory.inventory_hosts(client(fake.url).list_all())
