@@ -124,6 +124,6 @@ def load_table(levels: Sequence[Mapping[str, Any]]) -> str:
     for level in levels:
         ttft = " / ".join(_cell(level.get("ttft_p%d_ms" % q)) for q in PERCENTILES)
         itl = " / ".join(_cell(level.get("itl_p%d_ms" % q), 2) for q in PERCENTILES)
-        lines.append("| %s | %s | %s | %s | %s | %s |" % (level["clients"], level["requests"], ttft, itl,
-                                                         _cell(level.get("aggregate_tps"), 2), level["errors"]))
+        cells = (level["clients"], level["requests"], ttft, itl, _cell(level.get("aggregate_tps"), 2), level["errors"])
+        lines.append("| %s | %s | %s | %s | %s | %s |" % cells)
     return "\n".join(lines)
