@@ -1040,6 +1040,18 @@ def serving(token: str, state_file: str, **kwargs: Any) -> Iterator[Server]:
             server.cleanup()
 
 
+def plain(value: Any) -> Any:
+    """ansible-inventory's JSON with the inventory plugin's strings unwrapped: it marks them unsafe,
+    {"__ansible_unsafe": "..."}."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def post_faults(server: "Server", **switches: Any) -> Dict[str, Any]:
     """Set fault switches through the fake's own endpoint, as a test sees it (POST /_fake/faults)."""
     request = urllib.request.Request(server.root + "/_fake/faults", data=json.dumps(switches).encode(),

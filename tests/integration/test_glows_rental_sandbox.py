@@ -58,17 +58,6 @@ def env(tmp_path, server):
             "PRIMA_BENCH_REPORTS_DIR": str(tmp_path / "reports"), "PRIMA_BENCH_RUN_ID": "glows-1"}
 
 
-def plain(value):
-    """ansible-inventory marks an inventory plugin's strings unsafe in its JSON: {"__ansible_unsafe": "..."}."""
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return value["__ansible_unsafe"]
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    return value
-
-
 def fake_state(server):
     return server.fake.state()
 
@@ -87,7 +76,7 @@ def test_rent_provision_bench_release(fake_glows, tmp_path):
         # What Ansible sees: the three instances, ranked, reached through the access gateway; no password.
         listed = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", INVENTORY, "--list"], cwd=REPO,
                                 env=dict(os.environ, **envvars), capture_output=True, text=True, check=True)
-        inventory = plain(json.loads(listed.stdout))
+        inventory = glows.plain(json.loads(listed.stdout))
         assert inventory["cluster"]["hosts"] == HOSTS
         for host in HOSTS:
             hostvars = inventory["_meta"]["hostvars"][host]

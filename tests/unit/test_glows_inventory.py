@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient
-from ansible_collections.prima.cluster.tests.fakes.glows_api import post_faults, serving
+from ansible_collections.prima.cluster.tests.fakes.glows_api import plain, post_faults, serving
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -56,17 +56,6 @@ def inventory(tmp_path, fake, config="", *args, env=None, name="x.glows.yml"):
     return subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", str(path), "--list"] + list(args),
                           cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120, check=False)
-
-
-def plain(value):
-    """ansible-inventory marks inventory plugins' strings as unsafe: {"__ansible_unsafe": "..."}."""
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return value["__ansible_unsafe"]
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    return value
 
 
 def listing(run):
