@@ -55,6 +55,14 @@ class LaunchOptions:
     rank_env: Tuple[Tuple[str, str], ...] = ()
     # direct: ranks reach each other's cluster_ip; ssh: every cross-node port is a forward on the loopback.
     transport: str = "direct"
+    # serve.yml (and bench.yml -e mode=server): rank 0 runs llama-server instead of the one-shot generator,
+    # the units are named serve-<runtime>-<model>, and the prompt and token count come with each request.
+    server: bool = False
+    server_bind: str = "127.0.0.1"
+    server_port: int = 8080
+    server_parallel: int = 1
+    # The key is read by llama-server from this file (mode 0600), never from argv: argv is in `ps` for anyone.
+    server_api_key_file: str = ""
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "LaunchOptions":
@@ -210,7 +218,13 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
                 "--master", str(ring["master"]), "--next", str(ring["next"]),
                 "--data-port", str(options.data_port_base), "--signal-port", str(options.signal_port_base),
                 "-t", str(unit.threads[host])]
-        if rank == 0:
+        if rank == 0 and options.server:
+            argv[0] = sibling(options.prima_cli, "llama-server")
+            argv += ["-c", str(options.ctx_size)] + server_args(options)
+            if window:
+                argv += ["-lw", ",".join(str(layers) for layers in window)]
+            argv += list(options.head_extra_args)
+        elif rank == 0:
             argv += ["-p", options.prompt, "-n", str(options.n_predict), "-c", str(options.ctx_size),
                      "--seed", str(options.seed)]
             if window:
@@ -222,11 +236,48 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
             argv += ["--gpu-mem", "%g" % round(memory[rank]["vram"] / GIB, 1)]
         if options.prefetch:
             argv += ["--prefetch"]
+        listen = [ports["data_port"], ports["signal_port"]]
+        if rank == 0 and options.server:
+            listen.append(options.server_port)
         units[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "argv": argv, "env": {},
-                       "listen": [ports["data_port"], ports["signal_port"]]}
+                       "listen": listen}
     fit = window_problems(window, layer_bytes, [rank["total"] for rank in memory], hosts) if window else []
     return {"units": units, "window": window, "gpu_layers": gpu, "fit_problems": fit,
             "split": ("-lw " + ",".join(map(str, window))) if window else "prima.cpp allocator"}
+
+
+def sibling(path: str, name: str) -> str:
+    """`name` in the directory of the program `path` (llama-server beside prima.cpp's llama-cli)."""
+    return path.rsplit("/", 1)[0] + "/" + name if "/" in path else name
+
+
+def server_args(options: LaunchOptions) -> List[str]:
+    """llama-server's own: where it listens, its slots (-np) with continuous batching, /metrics, the key file."""
+    argv = ["--host", options.server_bind, "--port", str(options.server_port), "-np", str(options.server_parallel),
+            "--cont-batching", "--metrics"]
+    if options.server_api_key_file:
+        argv += ["--api-key-file", options.server_api_key_file]
+    return argv
+
+
+def server_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[str]:
+    """llama.cpp's llama-server over the RPC workers (or alone): requests bring their prompt and length."""
+    options = unit.options
+    argv = [options.llama_cpp_bin.rstrip("/") + "/llama-server", "-m", unit.weights, "-c", str(options.ctx_size),
+            "-t", str(unit.threads[host]), "-ngl", "999"] + server_args(options)
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    if options.tensor_split:
+        argv += ["-ts", options.tensor_split]
+    return argv + list(options.head_extra_args)
+
+
+def head_unit(unit: UnitContext, host: str, rpc: Sequence[str]) -> Dict[str, Any]:
+    """llama.cpp's head, rank 0: the one-shot generator for a benchmark run, llama-server to serve."""
+    if unit.options.server:
+        return {"rank": 0, "role": "head", "argv": server_argv(unit, host, rpc), "env": {},
+                "listen": [unit.options.server_port]}
+    return {"rank": 0, "role": "head", "argv": completion_argv(unit, host, rpc), "env": {}, "listen": []}
 
 
 def completion_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[str]:
@@ -248,8 +299,7 @@ def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], unit: UnitCo
     binds = [LOOPBACK] * len(addresses) if options.transport == "ssh" else list(addresses)
     endpoints = ["%s:%d" % (address, rpc_port(options.rpc_port, rank))
                  for rank, address in enumerate(binds[1:], start=1)]
-    units = {hosts[0]: {"rank": 0, "role": "head", "argv": completion_argv(unit, hosts[0], endpoints), "env": {},
-                        "listen": []}}
+    units = {hosts[0]: head_unit(unit, hosts[0], endpoints)}
     for rank, (host, address) in enumerate(zip(hosts[1:], binds[1:]), start=1):
         port = rpc_port(options.rpc_port, rank)
         argv = [options.llama_cpp_bin.rstrip("/") + "/ggml-rpc-server", "-H", address, "-p", str(port),
@@ -269,8 +319,7 @@ def launch_plan(runtime: str, hosts: Sequence[str], addresses: Sequence[str], me
         raise ValueError("no ranks to launch")
     if runtime == "single":
         hosts, addresses = hosts[:1], addresses[:1]
-        plan = {"units": {hosts[0]: {"rank": 0, "role": "head", "argv": completion_argv(unit, hosts[0], []),
-                                     "env": {}, "listen": []}},
+        plan = {"units": {hosts[0]: head_unit(unit, hosts[0], [])},
                 "window": None, "gpu_layers": None, "split": "1 node"}
     elif runtime == "prima":
         plan = prima_units(hosts, addresses, memory, entry, unit)
@@ -309,7 +358,7 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
         if unsafe:
             raise ValueError("model %r: %s" % (model, "; ".join(unsafe)))
         for runtime in runtimes:
-            name = "%s-%s" % (runtime, model)
+            name = "%s%s-%s" % ("serve-" if options.server else "", runtime, model)
             unit = UnitContext(options=options, weights=weights_path(catalog[model], options.models_dir),
                                state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads)
             plan = launch_plan(runtime, hosts, [node["address"] for node in nodes], [node["memory"] for node in nodes],
@@ -317,6 +366,8 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
             addresses = {node["host"]: node["address"] for node in nodes if node["host"] in plan["hosts"]}
             plan.update({"name": name, "model": model, "state_dir": unit.state_dir, "addresses": addresses,
                          "transport": options.transport,
+                         "server": {"bind": options.server_bind, "port": options.server_port,
+                                    "parallel": options.server_parallel} if options.server else None,
                          # Where a rank listens, and where its peers reach it: the loopback through SSH.
                          "connect_addresses": {host: LOOPBACK for host in addresses} if options.transport == "ssh"
                          else addresses})
