@@ -1,5 +1,5 @@
 # Two commands for a fresh Debian/Ubuntu machine, as root:
-#   make demo   the sandbox cluster up, site.yml on it, bench.yml on the tiny model
+#   make demo   the sandbox cluster up, site.yml on it, bench.yml on the tiny model, then serve.yml
 #   make test   the whole test suite (unit, lint, integration on the sandbox)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -12,10 +12,10 @@ SANDBOX_INVENTORY ?= inventory/sandbox-mapped.yml
 SANDBOX := -i $(SANDBOX_INVENTORY)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox
+.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox
 
 help:
-	@echo "make demo           sandbox cluster up, site.yml on it, then bench.yml (prints the report)"
+	@echo "make demo           sandbox cluster up, site.yml on it, bench.yml (prints the report), serve.yml (a curl)"
 	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
 	@echo "make unit | lint    parts of it"
 	@echo "make ready          is every node ready? (INVENTORY=inventory/glows.yml; JUnit XML in artifacts/)"
@@ -71,8 +71,20 @@ site-sandbox: venv
 bench-sandbox: venv
 	$(BIN)/ansible-playbook $(SANDBOX) bench.yml -e model=tiny -e runtime=all
 
-demo: sandbox-up site-sandbox bench-sandbox
-	@echo "The sandbox cluster is provisioned and benchmarked (reports/). Take it down with: make sandbox-down"
+# The ring as a server (prima.cpp where it is built, else llama.cpp RPC); prints the tunnel and a curl that works.
+serve-sandbox: venv
+	$(BIN)/ansible-playbook $(SANDBOX) serve.yml -e model=tiny -e runtime=$(if $(PRIMA_CPP_MIRROR),prima,llama_rpc)
+
+# prima.cpp is only on GitHub: tools/prima-mirror.sh finds or fetches (once, into ~/.cache) a
+# mirror of the pinned commit, or prints nothing and a NOTICE, and the demo runs without prima.cpp.
+# The steps run in order within one sub-make so all of them see the same PRIMA_CPP_MIRROR;
+# a later step (serving, say) goes at the end of that list.
+DEMO_STEPS := sandbox-up site-sandbox bench-sandbox serve-sandbox
+demo:
+	@prima_mirror=$$(tools/prima-mirror.sh) && \
+	  PRIMA_CPP_MIRROR="$$prima_mirror" $(MAKE) --no-print-directory -j1 $(DEMO_STEPS)
+	@echo "The sandbox cluster is provisioned, benchmarked (reports/) and serving (the tunnel and curl above)."
+	@echo "Stop the server: $(BIN)/ansible-playbook $(SANDBOX) serve.yml -e state=stopped; the sandbox: make sandbox-down"
 
 # Is every node of INVENTORY ready for a benchmark? Per node and per check: pass, or fail with
 # the reason; JUnit XML for CI in artifacts/readiness.xml.

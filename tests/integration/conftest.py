@@ -47,6 +47,13 @@ class PlaybookRun:
         self.log_path = log_path
         with open(log_path) as handle:
             self.stdout = handle.read()
+        # What debug tasks said, unwrapped (stdout wraps long lines): serve.yml's tunnel and curl, say.
+        self.messages = []  # type: List[str]
+        for event in runner.events:
+            result = (event.get("event_data") or {}).get("res")
+            if event.get("event") == "runner_on_ok" and isinstance(result, dict) and "msg" in result:
+                message = result["msg"]
+                self.messages += [str(line) for line in message] if isinstance(message, list) else [str(message)]
 
     def count(self, kind: str) -> Dict[str, int]:
         return dict(self.stats.get(kind, {}))
@@ -254,7 +261,7 @@ def local_fact(host, name: str) -> Dict[str, Any]:
 
 # Shared by the bench.yml tests (test_bench.py, test_sweep.py, test_locks.py).
 STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
-RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|prima-bench/")  # forwarders too
+RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|llama-server|serve_supervisor|prima-bench/")  # forwarders too
 PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
 
 

@@ -283,7 +283,8 @@ def failure_recorded(state: State, failure: Failure, base_s: float, cap_s: float
     failures = (list(state["failures"]) + [failure])[-FAILURES_KEPT:]
     now = iso_utc(now_epoch)
     if restarts > state["max_restarts"]:
-        return changed(state, now, state="failed", since=None, next_start=None, restarts=restarts,
+        # `restarts` counts the restarts made: the failure past the last one starts nothing.
+        return changed(state, now, state="failed", since=None, next_start=None, restarts=state["restarts"],
                        last_failure=failure, failures=failures)
     next_start = iso_utc(now_epoch + backoff_delay(restarts, base_s, cap_s))
     return changed(state, now, state="restarting", since=None, next_start=next_start, restarts=restarts,

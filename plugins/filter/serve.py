@@ -1,0 +1,29 @@
+"""Filters of the serve role; the logic is in plugin_utils/serve.py."""
+
+from typing import Any, Callable, Dict
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.prima.cluster.plugins.plugin_utils import serve
+
+
+def _raising(function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except (KeyError, TypeError, ValueError) as error:
+            raise AnsibleFilterError("serve: %s" % error)
+    wrapped.__doc__ = function.__doc__
+    return wrapped
+
+
+class FilterModule:
+    def filters(self) -> Dict[str, Callable[..., Any]]:
+        return {
+            "serve_supervisor_config": _raising(serve.supervisor_config),
+            "serve_peer_units": _raising(serve.peer_units),
+            "serve_known_hosts": _raising(serve.known_hosts),
+            "serve_status_lines": _raising(serve.status_lines),
+            "serve_reach": _raising(serve.reach),
+            "serve_exit_meaning": _raising(serve.exit_meaning),
+        }

@@ -1,0 +1,187 @@
+"""serve.yml: the ring as an OpenAI-compatible server, supervised from rank 0's node (pure functions).
+
+The supervisor (roles/serve/files/serve_supervisor.py) runs on rank 0's node. It starts and watches every rank
+through the rank's launcher script: rank 0's directly, each peer's over SSH with a key of its own that the
+peer authorizes for one forced command (templates/serve/peer.sh.j2) and nothing else. These functions write
+its configuration, say what an exit status means, and turn its state file into what status prints.
+"""
+
+import shlex
+import signal
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport import known_hosts_name, ssh_endpoint
+
+# prima.cpp's llama-server segfaults in its own cleanup on every shutdown at the pinned commit (SIGTERM: it
+# stops the ring, then exits 139). A stop that ends so is clean; a 139 while serving is a crash.
+PRIMA_SHUTDOWN_EXIT = 139
+CLEAN_STOP_EXITS = (0, 128 + signal.SIGTERM)
+# timeout(1)'s own statuses (the ranks run under it).
+TIMEOUT_EXITS = {124: "stopped by its time limit (timeout)", 125: "timeout(1) itself failed",
+                 126: "its program could not be run", 127: "its program was not found"}
+
+
+def control_argv(endpoint: Mapping[str, Any], key: str, known_hosts: str, unit: str) -> List[str]:
+    """How rank 0's node runs a verb of `unit` on a peer: SSH with the serve key, the peer's forced command
+    takes `<unit> <verb> [number]` (the verb and number are appended by the supervisor)."""
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes",
+            "-o", "IdentityFile=%s" % key, "-o", "UserKnownHostsFile=%s" % known_hosts,
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
+            "-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "LogLevel=ERROR",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+            "-p", str(endpoint["port"]), "%s@%s" % (endpoint["user"], endpoint["host"]), unit]
+
+
+def supervisor_config(plan: Mapping[str, Any], hostvars: Mapping[str, Any], settings: Mapping[str, Any]
+                      ) -> Dict[str, Any]:
+    """The supervisor's configuration for one server unit (a launch plan rendered with launch_server).
+
+    settings: launch_dir, key, known_hosts, state_dir, restarts, backoff_s, backoff_max_s, listen_timeout_s,
+    load_timeout_s, stderr_tail_lines, control_timeout_s."""
+    if not plan.get("server"):
+        raise ValueError("unit %s is not a server unit (rendered without launch_server)" % plan.get("name"))
+    name = str(plan["name"])
+    ranks = []
+    for host in plan["hosts"]:
+        unit = plan["units"][host]
+        script = "%s/%s.sh" % (str(settings["launch_dir"]).rstrip("/"), name)
+        if int(unit["rank"]) == 0:
+            control = [script]
+        else:
+            control = control_argv(ssh_endpoint(hostvars, host), settings["key"], settings["known_hosts"], name)
+        ranks.append({"rank": int(unit["rank"]), "host": host, "role": unit["role"], "control": control})
+    state_dir = "%s/%s" % (str(settings["state_dir"]).rstrip("/"), name)
+    clean = list(CLEAN_STOP_EXITS) + ([PRIMA_SHUTDOWN_EXIT] if plan["runtime"] == "prima" else [])
+    port = int(plan["server"]["port"])
+    return {"name": name, "runtime": plan["runtime"], "model": plan["model"],
+            "state_file": state_dir + "/supervisor.json", "pid_file": state_dir + "/supervisor.pid",
+            "ranks": sorted(ranks, key=lambda rank: rank["rank"]),
+            "health_url": "http://%s:%d/health" % (health_host(plan["server"]["bind"]), port),
+            "listen_timeout_s": int(settings["listen_timeout_s"]), "load_timeout_s": int(settings["load_timeout_s"]),
+            "restarts": int(settings["restarts"]), "backoff_s": float(settings["backoff_s"]),
+            "backoff_max_s": float(settings["backoff_max_s"]), "clean_stop_exits": clean,
+            "stderr_tail_lines": int(settings["stderr_tail_lines"]),
+            "control_timeout_s": int(settings["control_timeout_s"])}
+
+
+def health_host(bind: str) -> str:
+    """Where rank 0's node itself reaches a server bound to `bind` (any address: its loopback)."""
+    if bind in ("", "0.0.0.0", "::", "[::]"):
+        return "127.0.0.1"
+    return "[%s]" % bind if ":" in bind and not bind.startswith("[") else bind
+
+
+def peer_units(plans: Mapping[str, Any], host: str, launch_dir: str) -> List[Dict[str, str]]:
+    """The server units a peer's forced command may drive: those where this host runs a worker."""
+    return [{"name": name, "script": "%s/%s.sh" % (launch_dir.rstrip("/"), name)}
+            for name, plan in sorted(plans.items())
+            if plan.get("server") and host in plan["units"] and plan["units"][host]["rank"] != 0]
+
+
+def known_hosts(hosts: Sequence[str], head: str, hostvars: Mapping[str, Any], key_var: str) -> List[str]:
+    """known_hosts lines for rank 0's node: each peer's host key under the address rank 0 reaches it on."""
+    return ["%s %s" % (known_hosts_name(ssh_endpoint(hostvars, peer)),
+                       " ".join(str(hostvars[peer][key_var]).split()[:2]))
+            for peer in hosts if peer != head]
+
+
+def exit_meaning(code: Optional[int], runtime: str = "", role: str = "", stopping: bool = False) -> str:
+    """What a rank's exit status says, in words (the ranks run under timeout(1), which passes a signal's 128+N)."""
+    if code is None:
+        return "no exit status (still running, or never started)"
+    code = int(code)
+    if code == 0:
+        return "exited 0"
+    if stopping and runtime == "prima" and role == "head" and code == PRIMA_SHUTDOWN_EXIT:
+        return ("exited 139 (SIGSEGV) on shutdown: prima.cpp's llama-server does so on every stop at the pinned "
+                "commit, a clean stop")
+    if code in TIMEOUT_EXITS:
+        return "exited %d: %s" % (code, TIMEOUT_EXITS[code])
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = "signal %d" % (code - 128)
+        what = {"SIGKILL": "killed (SIGKILL: the OOM killer or kill -9)", "SIGTERM": "stopped by SIGTERM",
+                "SIGSEGV": "crashed (SIGSEGV)", "SIGABRT": "aborted (SIGABRT: an assert or a lost RPC peer)",
+                "SIGPIPE": "died of SIGPIPE (its peer's connection closed)"}.get(name, "killed by %s" % name)
+        return "exited %d: %s" % (code, what)
+    return "exited %d (an error of the program)" % code
+
+
+def failure_text(failure: Optional[Mapping[str, Any]], runtime: str) -> str:
+    """One line for a failure the supervisor recorded: rank, host, what happened (the exit status in words, or
+    the supervisor's own words where there is no status: lost contact, not healthy in time), when."""
+    if not failure:
+        return "none"
+    role = str(failure.get("role", ""))
+    if failure.get("exit") is not None:
+        what = exit_meaning(failure.get("exit"), runtime, role)
+    else:
+        # The supervisor's message starts by naming the rank, as this line does already.
+        what = str(failure.get("message") or "failed").split(": ", 1)[-1]
+    text = "rank %s on %s (%s): %s" % (failure.get("rank"), failure.get("host"), role or "rank", what)
+    if failure.get("phase") == "starting":
+        text += ", while the ring was starting"
+    if failure.get("at"):
+        text += ", at %s" % failure["at"]
+    return text
+
+
+def status_lines(state: Mapping[str, Any], health: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """What `serve.yml -e state=status` prints for one server: what runs, since when, restarts, last failure."""
+    name = state.get("name", "serve")
+    runtime = str(state.get("runtime", ""))
+    what = str(state.get("state", "unknown"))
+    if state.get("state") in ("running", "starting", "restarting") and not state.get("alive", True):
+        what = "%s, but its supervisor (pid %s) is gone: the state is stale" % (what, state.get("pid"))
+    lines = ["%s: %s (runtime %s, model %s)" % (name, what, runtime, state.get("model", "?"))]
+    if state.get("since"):
+        lines.append("serving since %s (supervisor up since %s, pid %s)"
+                     % (state["since"], state.get("supervisor_started"), state.get("pid")))
+    if state.get("state") == "restarting" and state.get("next_start"):
+        lines.append("next start at %s" % state["next_start"])
+    lines.append("restarts: %s of %s, failures: %d" % (state.get("restarts", 0), state.get("max_restarts", "?"),
+                                                       len(state.get("failures") or [])))
+    failure = state.get("last_failure")
+    lines.append("last failure: %s" % failure_text(failure, runtime))
+    if failure and failure.get("stderr_tail"):
+        lines.append("its last stderr lines:")
+        lines += ["  " + str(line) for line in failure["stderr_tail"]]
+    if state.get("state") == "failed":
+        lines.append("failed: restarts exhausted after rank %s on %s died; every rank is stopped. Start it again "
+                     "with ansible-playbook serve.yml -e state=restarted"
+                     % ((failure or {}).get("rank"), (failure or {}).get("host")))
+    stop = state.get("stop")
+    if stop:
+        lines.append("last stop: %s" % ("clean" if stop.get("clean") else "NOT clean"))
+        for rank in stop.get("ranks", []):
+            # The supervisor judged the stop (clean_stop_exits, the head's 139 under prima.cpp); its note says why.
+            role = "head" if rank.get("rank") == 0 else "worker"
+            meaning = rank.get("note") or exit_meaning(rank.get("exit"), runtime, role, stopping=True)
+            lines.append("  rank %s on %s: %s (%s)" % (rank.get("rank"), rank.get("host"), meaning,
+                                                       "clean" if rank.get("clean") else "NOT clean"))
+    if health is not None:
+        lines.append("health: HTTP %s %s" % (health.get("status", "?"), health.get("json") or ""))
+    return lines
+
+
+def reach(hostvars: Mapping[str, Any], head: str, bind: str, port: int, local_port: int, header_file: str
+          ) -> Dict[str, str]:
+    """How the controller reaches the server: an SSH tunnel to rank 0's node (its Ansible connection), and a
+    curl that sends the key from a file (the key itself is never printed)."""
+    values = hostvars[head]
+    host = values.get("ansible_host") or head
+    argv = ["ssh", "-N", "-L", "%d:%s:%d" % (int(local_port), health_host(bind).strip("[]"), int(port))]
+    if values.get("ansible_port"):
+        argv += ["-p", str(values["ansible_port"])]
+    if values.get("ansible_ssh_private_key_file"):
+        argv += ["-i", str(values["ansible_ssh_private_key_file"])]
+    # As Ansible reaches the node: its host key handling included (the sandbox makes new host keys on each start).
+    argv += shlex.split(str(values.get("ansible_ssh_common_args") or ""))
+    argv.append("%s@%s" % (values.get("ansible_user") or "root", host))
+    body = '{"messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 32}'
+    curl = ["curl", "-sS", "-H", "@" + header_file, "-H", "Content-Type: application/json", "-d", body,
+            "http://127.0.0.1:%d/v1/chat/completions" % int(local_port)]
+    return {"ssh": " ".join(shlex.quote(str(arg)) for arg in argv),
+            "curl": " ".join(shlex.quote(str(arg)) for arg in curl)}

@@ -1,0 +1,180 @@
+"""serve.yml on the sandbox: llama.cpp RPC over two workers behind llama-server, reached from the controller
+through the SSH tunnel serve.yml prints; a worker killed while serving, restarts exhausted, stop.
+
+One server start serves every case (serve_restarts=1): the first kill is restarted, the second one fails it."""
+
+import datetime
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import (STATE, bench, rank_processes, run_playbook, running_child, wait_for,
+                      write_figures)
+
+UNIT = "serve-llama_rpc-tiny"
+SUPERVISOR_STATE = os.path.join(STATE % ("n0", UNIT), "supervisor.json")
+API_KEY_FILE = "/var/lib/prima-sandbox/serve-api-key"
+BACKOFF_S = 2
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(label, **extravars):
+    return run_playbook("serve.yml", extravars={"model": "tiny", "runtime": "llama_rpc", **extravars}, label=label)
+
+
+def iso(text):
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+
+
+def supervisor_state():
+    with open(SUPERVISOR_STATE) as handle:
+        return json.load(handle)
+
+
+def printed(result, prefix):
+    """The command serve.yml printed after `prefix`."""
+    for line in result.messages:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    raise AssertionError("%r not printed\n%s" % (prefix, result.describe()))
+
+
+def chat(port, key, stream=False, timeout=120):
+    body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "stream": stream})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    request = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body.encode(),
+                                     headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.status, response.read().decode()
+
+
+def answers(port, key):
+    try:
+        return chat(port, key, timeout=30)[0] == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(provisioned):
+    port = free_port()
+    started = serve("serve-start", serve_restarts=1, serve_backoff_s=BACKOFF_S, serve_local_port=port,
+                    serve_parallel=2, serve_ctx_size=1024)
+    tunnel = None
+    try:
+        assert started.status == "successful", started.describe()
+        tunnel = subprocess.Popen(shlex.split(printed(started, "1. The tunnel, in a terminal of its own:")),
+                                  stdin=subprocess.DEVNULL)
+        with open(API_KEY_FILE) as handle:
+            key = handle.read().strip()
+        wait_for(lambda: answers(port, key), 60, "the server through the tunnel")
+        yield {"start": started, "port": port, "key": key}
+    finally:
+        if tunnel:
+            tunnel.terminate()
+            tunnel.wait()
+        stopped = serve("serve-stop-finally", state="stopped")
+        assert stopped.status == "successful", stopped.describe()
+
+
+def test_serve_answers_through_the_printed_tunnel_and_curl(server):
+    start, port, key = server["start"], server["port"], server["key"]
+    assert key not in start.stdout
+    # The curl serve.yml printed, as printed: the key comes from the header file, never from the command line.
+    curl = printed(start, "2. A chat completion:")
+    assert "Bearer" not in curl
+    answered = subprocess.run(shlex.split(curl), capture_output=True, text=True, check=True, timeout=120)
+    answer = json.loads(answered.stdout)
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    assert answer["usage"]["completion_tokens"] > 0
+    status, body = chat(port, key)
+    assert status == 200 and "timings" in json.loads(body)
+    # Streamed: server-sent events ending with [DONE].
+    status, body = chat(port, key, stream=True)
+    events = [line[len("data: "):] for line in body.splitlines() if line.startswith("data: ")]
+    assert status == 200 and events[-1] == "[DONE]" and len(events) > 2
+    assert any(json.loads(event)["choices"][0]["delta"].get("content") for event in events[:-1])
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        chat(port, None)
+    assert refused.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        chat(port, key + "x")
+    assert refused.value.code == 401
+
+
+def test_a_bench_is_refused_while_it_serves(server, tmp_path):
+    result = bench(tmp_path, "while-serving", "bench-while-serving", runtime="single", runs=1)
+    assert result.status == "failed"
+    assert "n0 serves %s (serve.yml)" % UNIT in result.stdout
+    assert "ansible-playbook serve.yml -e state=stopped" in result.stdout
+    assert supervisor_state()["state"] == "running"
+
+
+def test_a_killed_worker_restarts_the_ring_then_exhausts_the_restarts(server):
+    port, key = server["port"], server["key"]
+    status = serve("serve-status-before", state="status")
+    assert status.status == "successful", status.describe()
+    assert "%s: running (runtime llama_rpc, model tiny)" % UNIT in status.messages
+    assert "restarts: 0 of 1, failures: 0" in status.messages
+
+    before = supervisor_state()
+    worker = running_child("n2", UNIT)
+    assert worker, "rank 2's ggml-rpc-server is not running"
+    killed = time.monotonic()
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: supervisor_state()["restarts"] == 1 and supervisor_state()["state"] == "running", 300,
+             "the ring back after the kill")
+    wait_for(lambda: answers(port, key), 120, "an answer after the restart")
+    back_s = time.monotonic() - killed
+    # Within the first backoff plus the load time of the first start (the state's times are whole seconds),
+    # with 10 s for stopping the ring and for the answer itself.
+    load_s = (iso(before["since"]) - iso(before["supervisor_started"])).total_seconds()
+    assert back_s <= BACKOFF_S + load_s + 1 + 10, (back_s, load_s)
+    after = supervisor_state()
+    assert after["generation"] == before["generation"] + 1
+    failure = after["last_failure"]
+    assert (failure["rank"], failure["host"], failure["exit"]) == (2, "n2", 137), failure
+    status = serve("serve-status-restarted", state="status")
+    assert "restarts: 1 of 1, failures: 1" in status.messages
+    assert any(line.startswith("last failure: rank 2 on n2 (worker): exited 137: killed (SIGKILL")
+               for line in status.messages), status.messages
+
+    os.kill(running_child("n1", UNIT), signal.SIGKILL)
+    wait_for(lambda: supervisor_state()["state"] == "failed", 120, "the server failed")
+    wait_for(lambda: rank_processes() == [] or all("forwarders" in line for line in rank_processes()), 60,
+             "every rank stopped after the failure")
+    status = serve("serve-status-failed", state="status")
+    assert "%s: failed (runtime llama_rpc, model tiny)" % UNIT in status.messages
+    assert any(line.startswith("failed: restarts exhausted after rank 1 on n1 died") for line in status.messages)
+    write_figures("serve-figures.json", {
+        "start_s": round(server["start"].seconds, 1), "back_after_kill_s": round(back_s, 1),
+        "backoff_s": BACKOFF_S, "load_s": load_s, "unit": UNIT,
+        "how": "tests/integration/test_serve.py: serve.yml -e model=tiny -e runtime=llama_rpc on the mapped sandbox; "
+               "back_after_kill_s from SIGKILL of rank 2's ggml-rpc-server to the next answered chat completion"})
+
+
+def test_stop_leaves_nothing(server):
+    stopped = serve("serve-stop", state="stopped")
+    assert stopped.status == "successful", stopped.describe()
+    assert rank_processes() == []
+    for name in ("n0", "n1", "n2"):
+        listening = subprocess.run(["ip", "netns", "exec", "psb-" + name, "ss", "-Htln"], capture_output=True,
+                                   text=True, check=False).stdout
+        assert ":8080 " not in listening and ":50052 " not in listening, (name, listening)
+    again = serve("serve-stop-again", state="stopped")
+    assert again.status == "successful", again.describe()

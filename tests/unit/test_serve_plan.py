@@ -1,0 +1,136 @@
+"""serve.yml's plans and words: the server units' argv, the supervisor's configuration, exit statuses, status."""
+
+import shlex
+
+import pytest
+
+from ansible_collections.prima.cluster.plugins.plugin_utils import serve
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import host_units, launch_plans
+from test_launch import TINY, nodes, options
+
+SERVER = {"server": True, "server_bind": "127.0.0.1", "server_port": "8080", "server_parallel": "4",
+          "server_api_key_file": "/etc/prima-bench/serve/api-key", "ctx_size": 4096}
+HOSTVARS = {"n%d" % rank: {"ansible_host": "10.77.0.3", "ansible_port": 2210 + rank, "ansible_user": "root",
+                           "ansible_ssh_private_key_file": "/keys/id", "ansible_ssh_common_args": "-o LogLevel=ERROR"}
+            for rank in range(3)}
+SETTINGS = {"launch_dir": "/etc/prima-bench", "key": "/etc/prima-bench/serve/id_ed25519",
+            "known_hosts": "/etc/prima-bench/serve/known_hosts", "state_dir": "/var/lib/prima-bench", "restarts": 3,
+            "backoff_s": 5, "backoff_max_s": 120, "listen_timeout_s": 600, "load_timeout_s": 1800,
+            "stderr_tail_lines": 20, "control_timeout_s": 60}
+
+
+def server_plan(runtime, count=3, **overrides):
+    plans = launch_plans(nodes(count), [runtime], ["tiny"], {"tiny": TINY}, options(**dict(SERVER, **overrides)))
+    return plans["serve-%s-tiny" % runtime]
+
+
+def test_llama_rpc_server_runs_llama_server_over_the_workers_with_the_key_from_a_file():
+    plan = server_plan("llama_rpc")
+    head = plan["units"]["n0"]["argv"]
+    assert head[0] == "/opt/llama.cpp/current/bin/llama-server"
+    assert head[head.index("--rpc") + 1] == "10.77.0.11:50052,10.77.0.12:50053"
+    for flag, value in (("--host", "127.0.0.1"), ("--port", "8080"), ("-np", "4"), ("-c", "4096"),
+                        ("--api-key-file", "/etc/prima-bench/serve/api-key")):
+        assert head[head.index(flag) + 1] == value
+    assert "--cont-batching" in head and "--metrics" in head
+    assert "-p" not in head and "-n" not in head and "--api-key" not in head
+    assert plan["units"]["n0"]["listen"] == [8080]
+    assert plan["units"]["n1"]["argv"][0].endswith("/ggml-rpc-server")
+    assert plan["server"] == {"bind": "127.0.0.1", "port": 8080, "parallel": 4}
+    assert plan["state_dir"] == "/var/lib/prima-bench/serve-llama_rpc-tiny"
+
+
+def test_prima_server_is_llama_server_beside_llama_cli_with_the_ring_arguments():
+    plan = server_plan("prima")
+    head = plan["units"]["n0"]["argv"]
+    assert head[0] == "/opt/prima/current/bin/llama-server"
+    for flag, value in (("--world", "3"), ("--rank", "0"), ("--master", "10.77.0.10"), ("--next", "10.77.0.11"),
+                        ("--port", "8080"), ("-lw", "3,3,2")):
+        assert head[head.index(flag) + 1] == value
+    assert "-p" not in head and "--seed" not in head
+    assert plan["units"]["n1"]["argv"][0] == "/opt/prima/current/bin/llama-cli"
+    assert 8080 in plan["units"]["n0"]["listen"]
+
+
+def test_single_server_and_bench_units_keep_their_names():
+    assert server_plan("single")["units"]["n0"]["argv"][0].endswith("/llama-server")
+    bench = launch_plans(nodes(2), ["single"], ["tiny"], {"tiny": TINY}, options())
+    assert list(bench) == ["single-tiny"] and bench["single-tiny"]["server"] is None
+
+
+def test_supervisor_config_reaches_peers_through_their_ssh_endpoint_with_the_serve_key():
+    config = serve.supervisor_config(server_plan("llama_rpc"), HOSTVARS, SETTINGS)
+    ranks = config["ranks"]
+    assert ranks[0] == {"rank": 0, "host": "n0", "role": "head",
+                        "control": ["/etc/prima-bench/serve-llama_rpc-tiny.sh"]}
+    ssh = ranks[2]["control"]
+    assert ssh[0] == "ssh" and ssh[-2:] == ["root@10.77.0.3", "serve-llama_rpc-tiny"]
+    assert ssh[ssh.index("-p") + 1] == "2212" and "IdentityFile=/etc/prima-bench/serve/id_ed25519" in ssh
+    assert config["health_url"] == "http://127.0.0.1:8080/health"
+    assert config["clean_stop_exits"] == [0, 143]
+    assert serve.supervisor_config(server_plan("prima"), HOSTVARS, SETTINGS)["clean_stop_exits"] == [0, 143, 139]
+    assert config["state_file"] == "/var/lib/prima-bench/serve-llama_rpc-tiny/supervisor.json"
+
+
+def test_supervisor_config_refuses_a_bench_unit_and_a_bad_endpoint():
+    bench = launch_plans(nodes(2), ["llama_rpc"], ["tiny"], {"tiny": TINY}, options())["llama_rpc-tiny"]
+    with pytest.raises(ValueError, match="not a server unit"):
+        serve.supervisor_config(bench, HOSTVARS, SETTINGS)
+    bad = dict(HOSTVARS, n1=dict(HOSTVARS["n1"], ansible_host="10.0.0.1; rm -rf /"))
+    with pytest.raises(ValueError, match="host n1"):
+        serve.supervisor_config(server_plan("llama_rpc"), bad, SETTINGS)
+
+
+def test_peer_units_are_the_workers_only():
+    plans = {"serve-llama_rpc-tiny": server_plan("llama_rpc")}
+    assert serve.peer_units(plans, "n1", "/etc/prima-bench") == [
+        {"name": "serve-llama_rpc-tiny", "script": "/etc/prima-bench/serve-llama_rpc-tiny.sh"}]
+    assert serve.peer_units(plans, "n0", "/etc/prima-bench") == []
+    assert host_units(plans, "n1")[0]["name"] == "serve-llama_rpc-tiny"
+
+
+@pytest.mark.parametrize("code, stopping, runtime, words", [
+    (None, False, "prima", "no exit status"),
+    (0, False, "prima", "exited 0"),
+    (137, False, "llama_rpc", "killed (SIGKILL"),
+    (134, False, "llama_rpc", "aborted (SIGABRT"),
+    (139, True, "prima", "a clean stop"),
+    (139, False, "prima", "crashed (SIGSEGV)"),
+    (139, True, "llama_rpc", "crashed (SIGSEGV)"),
+    (124, False, "prima", "time limit"),
+    (1, False, "prima", "exited 1 (an error of the program)"),
+])
+def test_exit_meaning(code, stopping, runtime, words):
+    assert words in serve.exit_meaning(code, runtime, "head", stopping)
+
+
+def test_status_lines_name_the_failed_rank_and_its_stderr():
+    state = {"name": "serve-prima-tiny", "runtime": "prima", "model": "tiny", "state": "failed", "alive": False,
+             "restarts": 1, "max_restarts": 1, "pid": 7, "failures": [{}, {}],
+             "last_failure": {"rank": 1, "host": "n1", "role": "worker", "exit": 137, "at": "2026-12-03T10:00:00Z",
+                              "stderr_tail": ["llama_model_load: ok", "killed"]}}
+    lines = serve.status_lines(state)
+    assert lines[0] == "serve-prima-tiny: failed (runtime prima, model tiny)"
+    assert "last failure: rank 1 on n1 (worker): exited 137: killed (SIGKILL: the OOM killer or kill -9), at " \
+           "2026-12-03T10:00:00Z" in lines
+    lost = dict(state["last_failure"], exit=None, phase="starting",
+                message="rank 1 (worker on n1): lost contact: ssh exited 255")
+    assert serve.failure_text(lost, "prima") == ("rank 1 on n1 (worker): lost contact: ssh exited 255, while the ring "
+                                                 "was starting, at 2026-12-03T10:00:00Z")
+    assert "  killed" in lines and "restarts: 1 of 1, failures: 2" in lines
+    assert any(line.startswith("failed: restarts exhausted after rank 1 on n1") for line in lines)
+    running = dict(state, state="running", alive=False, since="2026-12-03T10:00:00Z", last_failure=None)
+    assert "its supervisor (pid 7) is gone" in serve.status_lines(running)[0]
+    stopped_head = {"rank": 0, "host": "n0", "exit": 139, "clean": True, "note": ""}
+    stop = dict(state, state="stopped", stop={"clean": True, "ranks": [stopped_head]})
+    assert any("a clean stop" in line for line in serve.status_lines(stop))
+
+
+def test_reach_prints_a_tunnel_as_ansible_connects_and_a_curl_without_the_key():
+    reach = serve.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/prima-cluster/serve-n0.header")
+    assert shlex.split(reach["ssh"]) == ["ssh", "-N", "-L", "18080:127.0.0.1:8080", "-p", "2210", "-i", "/keys/id",
+                                         "-o", "LogLevel=ERROR", "root@10.77.0.3"]
+    curl = shlex.split(reach["curl"])
+    assert curl[curl.index("-H") + 1] == "@/root/.config/prima-cluster/serve-n0.header"
+    assert curl[-1] == "http://127.0.0.1:18080/v1/chat/completions"
+    assert serve.reach(HOSTVARS, "n0", "0.0.0.0", 8080, 8080, "h")["ssh"].split()[3] == "8080:127.0.0.1:8080"
