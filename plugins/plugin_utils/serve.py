@@ -6,6 +6,7 @@ peer authorizes for one forced command (templates/serve/peer.sh.j2) and nothing 
 its configuration, say what an exit status means, and turn its state file into what status prints.
 """
 
+import ipaddress
 import shlex
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -19,6 +20,36 @@ CLEAN_STOP_EXITS = (0, 128 + signal.SIGTERM)
 # timeout(1)'s own statuses (the ranks run under it).
 TIMEOUT_EXITS = {124: "stopped by its time limit (timeout)", 125: "timeout(1) itself failed",
                  126: "its program could not be run", 127: "its program was not found"}
+
+
+def settings_problems(settings: Mapping[str, Any], rank_ports: Sequence[int] = ()) -> List[str]:
+    """The serve role's settings, checked before any node is touched; each problem names its variable and fix."""
+    problems = []  # type: List[str]
+    bind = str(settings.get("serve_bind", ""))
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        problems.append("serve_bind %r is not an IP address; 127.0.0.1 (the default, reached through the SSH tunnel) "
+                        "or this node's own address" % bind)
+    for name, low, high in (("serve_port", 1, 65535), ("serve_local_port", 1, 65535), ("serve_parallel", 1, 256),
+                            ("serve_ctx_size", 64, 1 << 22), ("serve_restarts", 0, 1000),
+                            ("serve_listen_timeout_s", 1, 1 << 20), ("serve_load_timeout_s", 1, 1 << 20),
+                            ("serve_control_timeout_s", 1, 3600), ("serve_stderr_tail_lines", 0, 200)):
+        value = settings.get(name)
+        if isinstance(value, bool) or not str(value).strip().isdigit() or not low <= int(value) <= high:
+            problems.append("%s %r is not a whole number from %d to %d" % (name, value, low, high))
+    for name in ("serve_backoff_s", "serve_backoff_max_s"):
+        try:
+            if not 0 <= float(settings.get(name)) <= 86400:
+                raise ValueError
+        except (TypeError, ValueError):
+            problems.append("%s %r is not a number of seconds from 0 to 86400" % (name, settings.get(name)))
+    if not problems and int(settings["serve_ctx_size"]) < 64 * int(settings["serve_parallel"]):
+        problems.append("serve_ctx_size %s leaves fewer than 64 tokens to each of serve_parallel %s slots; raise it"
+                        % (settings["serve_ctx_size"], settings["serve_parallel"]))
+    if not problems and int(settings["serve_port"]) in set(int(port) for port in rank_ports):
+        problems.append("serve_port %s is a port of the ring's ranks; pick another" % settings["serve_port"])
+    return problems
 
 
 def control_argv(endpoint: Mapping[str, Any], key: str, known_hosts: str, unit: str) -> List[str]:

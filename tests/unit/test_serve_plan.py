@@ -134,3 +134,25 @@ def test_reach_prints_a_tunnel_as_ansible_connects_and_a_curl_without_the_key():
     assert curl[curl.index("-H") + 1] == "@/root/.config/prima-cluster/serve-n0.header"
     assert curl[-1] == "http://127.0.0.1:18080/v1/chat/completions"
     assert serve.reach(HOSTVARS, "n0", "0.0.0.0", 8080, 8080, "h")["ssh"].split()[3] == "8080:127.0.0.1:8080"
+
+
+GOOD = {"serve_bind": "127.0.0.1", "serve_port": 8080, "serve_local_port": "18080", "serve_parallel": 4,
+        "serve_ctx_size": 4096, "serve_restarts": 0, "serve_listen_timeout_s": 600, "serve_load_timeout_s": 1800,
+        "serve_control_timeout_s": 60, "serve_stderr_tail_lines": 20, "serve_backoff_s": "2.5",
+        "serve_backoff_max_s": 120}
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("serve_bind", "127.0.0.1\nx", "serve_bind '127.0.0.1\\nx' is not an IP address"),
+    ("serve_bind", "localhost; rm -rf /", "is not an IP address"),
+    ("serve_port", 0, "serve_port 0 is not a whole number from 1 to 65535"),
+    ("serve_port", "80;", "serve_port '80;' is not a whole number"),
+    ("serve_parallel", True, "serve_parallel True is not a whole number"),
+    ("serve_backoff_s", "soon", "serve_backoff_s 'soon' is not a number of seconds"),
+    ("serve_ctx_size", 128, "leaves fewer than 64 tokens to each of serve_parallel 4 slots"),
+    ("serve_port", 9000, "serve_port 9000 is a port of the ring's ranks"),
+])
+def test_settings_problems_name_the_variable(name, value, words):
+    assert serve.settings_problems(GOOD, [9000, 10000]) == []
+    problems = serve.settings_problems(dict(GOOD, **{name: value}), [9000, 10000])
+    assert len(problems) == 1 and words in problems[0], problems
