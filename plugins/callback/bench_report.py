@@ -6,7 +6,9 @@ type: aggregate
 short_description: Aggregate bench.yml's runs into results.jsonl, a markdown report and a printed table
 description:
   - Collects the C(bench_run_result) fact that bench.yml sets after each run (the head's perf
-    figures, the split each rank used) and the cluster profile (C(bench_profile)).
+    figures, the split each rank used), the C(bench_run_results) of each server load test
+    (bench.yml -e mode=server; its sequential requests and its concurrency levels) and the
+    cluster profile (C(bench_profile)).
   - When the playbook ends without a failed or unreachable host, appends one JSON object per
     measured run to the results file (earlier lines are never rewritten), writes
     <reports dir>/<run id>/report.md (never over an existing one) and prints the main table.
@@ -58,6 +60,9 @@ class CallbackModule(CallbackBase):
         facts = result._result.get("ansible_facts") or {}
         if "bench_run_result" in facts:
             self.runs.append(facts["bench_run_result"])
+        # bench.yml -e mode=server: one load test's records (its sequential requests, then its levels).
+        if "bench_run_results" in facts:
+            self.runs.extend(facts["bench_run_results"])
         if "bench_run_lost" in facts:
             self.repeated.append(facts["bench_run_lost"])
         if "bench_profile" in facts:

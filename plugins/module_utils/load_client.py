@@ -18,17 +18,29 @@ MAX_EVENTS = 100000
 
 
 def chat_body(prompt: str, max_tokens: int, stream: bool, model: str = "default") -> bytes:
+    # cache_prompt off: llama-server would otherwise reuse a slot's cache of the same prompt and evaluate one token
+    # of it, and every request here sends the same prompt; a benchmark's prompt figures need the whole prompt.
     return json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                       "stream": stream, "temperature": 0}).encode("utf-8")
+                       "stream": stream, "temperature": 0, "cache_prompt": False}).encode("utf-8")
+
+
+def _headers(api_key: str, stream: bool) -> Dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    return headers
 
 
 def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
-                clock=time.monotonic) -> Dict[str, Any]:
-    """One streamed chat completion: {sent, done, status, arrivals: [[t, event]], error}."""
-    record = {"sent": None, "done": None, "status": None, "arrivals": [], "error": None}  # type: Dict[str, Any]
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
+                clock=time.monotonic, max_events: int = MAX_EVENTS) -> Dict[str, Any]:
+    """One streamed chat completion: {sent, done, status, arrivals: [[t, event]], dropped, error}.
+
+    At most `max_events` arrivals are kept, so that what goes back to the controller stays bounded: past that the
+    stream is still read to its end (the request's wall time stays true), each later event takes the last slot
+    (the final chunk, with the server's `timings`, is kept) and `dropped` counts the events overwritten."""
+    record = {"sent": None, "done": None, "status": None, "arrivals": [], "dropped": 0,
+              "error": None}  # type: Dict[str, Any]
+    headers = _headers(api_key, True)
     connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
     deadline = None  # type: Optional[float]
     try:
@@ -41,7 +53,7 @@ def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: floa
             record["error"] = "HTTP %d: %s" % (response.status, response.read(300).decode("utf-8", "replace")
                                                .replace("\n", " "))
             return record
-        while len(record["arrivals"]) < MAX_EVENTS:
+        while True:
             line = response.readline(MAX_LINE)
             now = clock()
             if not line:
@@ -60,7 +72,47 @@ def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: floa
                 event = json.loads(payload)  # type: Any
             except ValueError:
                 event = payload
-            record["arrivals"].append([now, event])
+            if len(record["arrivals"]) < max(1, max_events):
+                record["arrivals"].append([now, event])
+            else:
+                record["arrivals"][-1] = [now, event]
+                record["dropped"] += 1
+    except (OSError, http.client.HTTPException) as error:
+        record["error"] = "%s: %s" % (type(error).__name__, error)
+    finally:
+        record["done"] = clock()
+        connection.close()
+    return record
+
+
+def complete(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
+             clock=time.monotonic) -> Dict[str, Any]:
+    """One non-streamed chat completion: {sent, done, status, timings, usage, error}. Only the server's own
+    `timings` and `usage` of the answer are kept (the generated text is not needed and could be long)."""
+    record = {"sent": None, "done": None, "status": None, "timings": None, "usage": None,
+              "error": None}  # type: Dict[str, Any]
+    connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        record["sent"] = clock()
+        connection.request("POST", "/v1/chat/completions", body=body, headers=_headers(api_key, False))
+        response = connection.getresponse()
+        record["status"] = response.status
+        text = response.read(MAX_LINE)
+        if response.status != 200:
+            record["error"] = "HTTP %d: %s" % (response.status, text[:300].decode("utf-8", "replace")
+                                               .replace("\n", " "))
+            return record
+        try:
+            answer = json.loads(text.decode("utf-8", "replace"))  # type: Any
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            record["error"] = "the answer is not a JSON object: %s" % text[:300].decode("utf-8", "replace")
+        elif not isinstance(answer.get("timings"), dict):
+            record["error"] = "the answer has no timings: %s" % json.dumps(answer, sort_keys=True)[:300]
+        else:
+            record["timings"] = answer["timings"]
+            record["usage"] = answer.get("usage") if isinstance(answer.get("usage"), dict) else None
     except (OSError, http.client.HTTPException) as error:
         record["error"] = "%s: %s" % (type(error).__name__, error)
     finally:
@@ -70,7 +122,7 @@ def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: floa
 
 
 def run_level(host: str, port: int, api_key: str, clients: int, requests_per_client: int, prompt: str,
-              max_tokens: int, timeout_s: float) -> Dict[str, Any]:
+              max_tokens: int, timeout_s: float, max_events: int = MAX_EVENTS) -> Dict[str, Any]:
     """`clients` threads, each sending its requests one after another: {clients, wall_s, requests: [...]}."""
     body = chat_body(prompt, max_tokens, True)
     results = []  # type: List[Dict[str, Any]]
@@ -78,7 +130,7 @@ def run_level(host: str, port: int, api_key: str, clients: int, requests_per_cli
 
     def client() -> None:
         for dummy in range(requests_per_client):
-            record = one_request(host, port, api_key, body, timeout_s)
+            record = one_request(host, port, api_key, body, timeout_s, max_events=max_events)
             with lock:
                 results.append(record)
 

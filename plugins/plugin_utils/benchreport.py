@@ -11,6 +11,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.benchcost import (PR
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations,
                                                                                   expected_cell, ratio_text,
                                                                                   sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.loadtest import load_table
 from ansible_collections.prima.cluster.plugins.plugin_utils.paths import TEMPLATES_DIR
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
@@ -39,9 +40,23 @@ def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
     """One results.jsonl object: the run's record with the derived figures beside the parsed ones (and what
     a million generated tokens cost at this run's rate on its nodes, usd_per_mtok; None without every price)."""
     line = dict(record)
+    if record.get("mode") == LOAD_MODE:
+        # A concurrency level: what a million tokens cost when the server is that busy, at its aggregate rate.
+        tps = record.get("aggregate_tps")
+        line["usd_per_mtok"] = usd_per_mtok(record_prices(record), 1000.0 / tps if tps else None)
+        return line
     line.update(derived(record.get("perf") or {}))
     line["usd_per_mtok"] = usd_per_mtok(record_prices(record), line["ms_per_token"])
     return line
+
+
+# bench.yml -e mode=server: a record per concurrency level (plugin_utils/benchserver.py), beside the sequential
+# requests' records of mode "server", which the main table takes as it takes mode=run's runs.
+LOAD_MODE = "server-load"
+
+
+def is_level(record: Mapping[str, Any]) -> bool:
+    return record.get("mode") == LOAD_MODE
 
 
 # Summarized per row; results_line puts the derived ones (ms_per_token, ttft_ms) beside the parsed perf figures.
@@ -52,7 +67,7 @@ def aggregate(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     """One row per runtime x model x link over the measured (not warm-up) runs, in first-seen order."""
     groups = {}  # type: Dict[Tuple[str, str, str], List[Mapping[str, Any]]]
     for record in records:
-        if record.get("warmup"):
+        if record.get("warmup") or is_level(record):
             continue
         groups.setdefault((record["runtime"], record["model"], record.get("link", "")), []).append(record)
     rows = []
@@ -217,6 +232,8 @@ def runs_table(records: Sequence[Mapping[str, Any]]) -> str:
                "Ranks used"]
     body = []
     for record in records:
+        if is_level(record):
+            continue
         perf = record.get("perf") or {}
         used = ", ".join("r%s %s" % (rank["rank"], "removed" if rank["removed"] else "lw %s ngl %s" % (
             rank["window"], rank["gpu_layers"])) for rank in record.get("ranks", [])) or "—"
@@ -275,10 +292,40 @@ def report_context(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappi
         "device_profile_table": next((profile_table(record["device_profile"]) for record in reversed(records)
                                       if record.get("device_profile")), ""),
         "runs_table": runs_table(records),
+        "load_tables": load_tables(records),
+        "server_timings": any(record.get("mode") == "server" for record in records),
         "network_table": networks_table(records),
         "transport_notes": transport_notes(records),
         "rows": rows,
     }
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def load_tables(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """mode=server: per runtime x model x link, its concurrency levels as a table (loadtest.load_table), with
+    where the clients ran and what each of them asked."""
+    groups = {}  # type: Dict[Tuple[str, str, str], List[Mapping[str, Any]]]
+    for record in records:
+        if is_level(record):
+            groups.setdefault((record["runtime"], record["model"], record.get("link", "")), []).append(record)
+    tables = []
+    for (runtime, model, link), levels in groups.items():
+        first = levels[0]
+        server = first.get("server") or {}
+        asked = "each client sends %s streamed request(s) one after another (prompt %s, %s tokens)" % (
+            first.get("requests_per_client", "—"), json.dumps(first.get("prompt", "")), first.get("max_tokens", "—"))
+        slots = " to llama-server with %s slots and a context of %s tokens" % (
+            server.get("parallel", "—"), server.get("ctx_size", "—")) if server else ""
+        tables.append({"runtime": runtime, "model": model, "link": link,
+                       "title": "%s, %s, %s" % (RUNTIME_TITLES.get(runtime, runtime), model, link),
+                       "where": "%s; %s%s." % (_sentence(first.get("clients_where") or "clients: where, not recorded"),
+                                                asked, slots),
+                       "errors": sorted({sample for level in levels for sample in level.get("error_samples") or []}),
+                       "table": load_table(levels)})
+    return tables
 
 
 def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:

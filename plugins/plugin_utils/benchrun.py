@@ -119,8 +119,8 @@ def run_record(plan: Mapping[str, Any], ranks: Sequence[Mapping[str, Any]], head
     figures = parse_perf(head_stderr) or {}
     record = dict(meta)
     record.update({
-        "runtime": plan["runtime"], "model": plan["model"], "unit": plan["name"], "world": plan["world"],
-        "hosts": list(plan["hosts"]), "split": plan["split"], "perf": figures,
+        "mode": "run", "runtime": plan["runtime"], "model": plan["model"], "unit": plan["name"],
+        "world": plan["world"], "hosts": list(plan["hosts"]), "split": plan["split"], "perf": figures,
     })
     if plan["runtime"] == "prima":
         used = []

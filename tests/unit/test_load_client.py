@@ -30,6 +30,19 @@ class Streamer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        words = body["messages"][0]["content"].split()
+        if not body["stream"]:
+            answer = {"choices": [{"message": {"role": "assistant", "content": " ".join(words)}}],
+                      "usage": {"completion_tokens": len(words)}}
+            if "NOTIMINGS" not in words:
+                answer["timings"] = {"predicted_n": len(words), "predicted_per_second": 50.0}
+            payload = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -88,3 +101,33 @@ def test_a_missing_key_and_a_cut_stream_are_errors(server):
     assert figures["tokens"] == 2 and cut["error"] == "the stream ended before [DONE], after 2 events"
     closed = load_client.one_request("127.0.0.1", 1, KEY, load_client.chat_body("a", 4, True), 2)
     assert closed["error"].startswith("ConnectionRefusedError")
+
+
+def test_every_request_asks_for_the_whole_prompt_evaluated():
+    body = json.loads(load_client.chat_body("Hello", 8, False))
+    assert body["cache_prompt"] is False and body["stream"] is False and body["max_tokens"] == 8
+
+
+def test_a_non_streamed_request_keeps_the_servers_timings(server):
+    record = load_client.complete("127.0.0.1", server, KEY, load_client.chat_body("a b c", 8, False), 10)
+    assert record["status"] == 200 and record["error"] is None and record["done"] >= record["sent"]
+    assert record["timings"] == {"predicted_n": 3, "predicted_per_second": 50.0}
+    assert record["usage"] == {"completion_tokens": 3} and "choices" not in record
+    missing = load_client.complete("127.0.0.1", server, KEY, load_client.chat_body("a NOTIMINGS", 8, False), 10)
+    assert missing["timings"] is None and missing["error"].startswith("the answer has no timings: {")
+    refused = load_client.complete("127.0.0.1", server, "wrong", load_client.chat_body("a", 4, False), 10)
+    assert refused["status"] == 401 and refused["error"] == 'HTTP 401: {"error": {"code": 401, "message": "Invalid API Key"}}'
+    closed = load_client.complete("127.0.0.1", 1, KEY, load_client.chat_body("a", 4, False), 2)
+    assert closed["error"].startswith("ConnectionRefusedError") and closed["status"] is None
+
+
+def test_the_events_kept_are_capped_and_the_last_one_kept(server):
+    record = load_client.one_request("127.0.0.1", server, KEY, load_client.chat_body("a b c d e f", 8, True), 10,
+                                     max_events=3)
+    # Read to [DONE] all the same: 6 content chunks and the final one, 3 kept, the final chunk (timings) last.
+    assert record["error"] is None and len(record["arrivals"]) == 3 and record["dropped"] == 4
+    assert "timings" in record["arrivals"][-1][1] and [event["choices"][0]["delta"]["content"]
+                                                      for dummy, event in record["arrivals"][:2]] == ["a", "b"]
+    level = load_client.run_level("127.0.0.1", server, KEY, clients=2, requests_per_client=1, prompt="a b c d",
+                                  max_tokens=8, timeout_s=10, max_events=2)
+    assert all(len(request["arrivals"]) == 2 and request["dropped"] == 3 for request in level["requests"])
