@@ -164,9 +164,11 @@ def status_lines(state: Mapping[str, Any], health: Optional[Mapping[str, Any]] =
     name = state.get("name", "serve")
     runtime = str(state.get("runtime", ""))
     what = str(state.get("state", "unknown"))
-    if state.get("state") in ("running", "starting", "restarting") and not state.get("alive", True):
+    if state.get("state") in ("running", "starting", "restarting", "stopping") and not state.get("alive", True):
         what = "%s, but its supervisor (pid %s) is gone: the state is stale" % (what, state.get("pid"))
     lines = ["%s: %s (runtime %s, model %s)" % (name, what, runtime, state.get("model", "?"))]
+    if state.get("error"):
+        lines.append("cannot tell more: %s" % state["error"])
     if state.get("since"):
         lines.append("serving since %s (supervisor up since %s, pid %s)"
                      % (state["since"], state.get("supervisor_started"), state.get("pid")))
@@ -203,7 +205,8 @@ def reach(hostvars: Mapping[str, Any], head: str, bind: str, port: int, local_po
     curl that sends the key from a file (the key itself is never printed)."""
     values = hostvars[head]
     host = values.get("ansible_host") or head
-    argv = ["ssh", "-N", "-L", "%d:%s:%d" % (int(local_port), health_host(bind).strip("[]"), int(port))]
+    # ssh -L takes an IPv6 address in brackets (8080:[::1]:8080).
+    argv = ["ssh", "-N", "-L", "%d:%s:%d" % (int(local_port), health_host(bind), int(port))]
     if values.get("ansible_port"):
         argv += ["-p", str(values["ansible_port"])]
     if values.get("ansible_ssh_private_key_file"):

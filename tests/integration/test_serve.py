@@ -3,6 +3,7 @@ through the SSH tunnel serve.yml prints; a worker killed while serving, restarts
 
 One server start serves every case (serve_restarts=1): the first kill is restarted, the second one fails it."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -70,26 +71,35 @@ def answers(port, key):
         return False
 
 
-@pytest.fixture(scope="module")
-def server(provisioned):
+@contextlib.contextmanager
+def serving(label, **extravars):
+    """serve.yml started with `extravars`, reached through the SSH tunnel it printed (on a free local port); every
+    server stopped at the end, whatever happened. Yields {start, port, key, stopped: the stop's run, once done}."""
     port = free_port()
-    started = serve("serve-start", serve_restarts=1, serve_backoff_s=BACKOFF_S, serve_local_port=port,
-                    serve_parallel=2, serve_ctx_size=1024)
+    started = serve(label, serve_local_port=port, **extravars)
     tunnel = None
+    served = {"start": started, "port": port, "key": None, "stopped": None}
     try:
         assert started.status == "successful", started.describe()
         tunnel = subprocess.Popen(shlex.split(printed(started, "1. The tunnel, in a terminal of its own:")),
                                   stdin=subprocess.DEVNULL)
         with open(API_KEY_FILE) as handle:
-            key = handle.read().strip()
-        wait_for(lambda: answers(port, key), 60, "the server through the tunnel")
-        yield {"start": started, "port": port, "key": key}
+            served["key"] = handle.read().strip()
+        wait_for(lambda: answers(port, served["key"]), 60, "the server through the tunnel")
+        yield served
     finally:
         if tunnel:
             tunnel.terminate()
             tunnel.wait()
-        stopped = serve("serve-stop-finally", state="stopped")
-        assert stopped.status == "successful", stopped.describe()
+        served["stopped"] = serve(label + "-stop", state="stopped")
+        assert served["stopped"].status == "successful", served["stopped"].describe()
+
+
+@pytest.fixture(scope="module")
+def server(provisioned):
+    with serving("serve-start", serve_restarts=1, serve_backoff_s=BACKOFF_S, serve_parallel=2,
+                 serve_ctx_size=1024) as served:
+        yield served
 
 
 def test_serve_answers_through_the_printed_tunnel_and_curl(server):
@@ -166,6 +176,25 @@ def test_a_killed_worker_restarts_the_ring_then_exhausts_the_restarts(server):
         "backoff_s": BACKOFF_S, "load_s": load_s, "unit": UNIT,
         "how": "tests/integration/test_serve.py: serve.yml -e model=tiny -e runtime=llama_rpc on the mapped sandbox; "
                "back_after_kill_s from SIGKILL of rank 2's ggml-rpc-server to the next answered chat completion"})
+
+
+def test_restarted_then_its_supervisor_killed_leaves_an_orphan_that_bench_and_start_refuse_and_stop_clears(
+        server, tmp_path):
+    restarted = serve("serve-restarted", state="restarted", serve_restarts=1, serve_backoff_s=BACKOFF_S,
+                      serve_parallel=2, serve_ctx_size=1024)
+    assert restarted.status == "successful", restarted.describe()
+    state = supervisor_state()
+    assert (state["state"], state["restarts"], state["generation"]) == ("running", 0, 1)
+    os.kill(state["pid"], signal.SIGKILL)
+    status = serve("serve-status-orphan", state="status")
+    assert any("its supervisor (pid %d) is gone: the state is stale" % state["pid"] in line
+               for line in status.messages), status.messages
+    refused = bench(tmp_path, "beside-an-orphan", "bench-beside-an-orphan", runtime="single", runs=1)
+    assert refused.status == "failed"
+    assert "without its supervisor: %s (killed?)" % UNIT in refused.stdout
+    start = serve("serve-start-orphan", serve_restarts=1, serve_parallel=2, serve_ctx_size=1024)
+    assert start.status == "failed" and "runs on n0 without its supervisor (killed?)" in start.stdout
+    assert running_child("n1", UNIT), "the orphaned ring was touched"
 
 
 def test_stop_leaves_nothing(server):

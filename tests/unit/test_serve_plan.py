@@ -156,3 +156,7 @@ def test_settings_problems_name_the_variable(name, value, words):
     assert serve.settings_problems(GOOD, [9000, 10000]) == []
     problems = serve.settings_problems(dict(GOOD, **{name: value}), [9000, 10000])
     assert len(problems) == 1 and words in problems[0], problems
+
+
+def test_reach_keeps_an_ipv6_address_in_brackets_for_ssh():
+    assert shlex.split(serve.reach(HOSTVARS, "n0", "::1", 8080, 18080, "h")["ssh"])[3] == "18080:[::1]:8080"

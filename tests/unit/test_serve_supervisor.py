@@ -465,3 +465,38 @@ def gone(pid):
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except OSError:
         return True
+
+
+def test_free_says_whether_anything_still_listens_on_the_servers_port_on_any_address(tmp_path):
+    sv = load_supervisor()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.2", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        assert sv.port_listening(port)
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(base_config(health_url="http://127.0.0.1:%d/health" % port)))
+        busy = sh(sys.executable, SUPERVISOR, "free", str(config))
+        assert busy.returncode == 1 and "port %d is still listened on" % port in busy.stderr
+    assert not sv.port_listening(port)
+    assert sh(sys.executable, SUPERVISOR, "free", str(config)).returncode == 0
+
+
+@pytest.mark.parametrize("raw, words", [
+    ({"ranks": ["x"]}, "each rank is an object"),
+    ({"health_url": 7}, "health_url: a non-empty string"),
+    ({"health_url": "file:///etc/passwd"}, "an http:// URL"),
+    ({"clean_stop_exits": "0"}, "clean_stop_exits: a list"),
+])
+def test_a_config_of_the_wrong_types_is_refused_in_words(raw, words):
+    with pytest.raises(ValueError, match=words):
+        load_supervisor().check_config(dict(base_config(), **raw))
+
+
+def test_a_ring_that_served_for_stable_s_gets_its_restarts_back():
+    sv = load_supervisor()
+    state = dict(sv.initial_state(base_config(restarts=1), 1, "2024-01-01T00:00:00Z"), restarts=1)
+    failure = {"rank": 1}
+    assert sv.failure_recorded(state, failure, 5, 120, 1704067200.0, 10, 600)["state"] == "failed"
+    again = sv.failure_recorded(state, failure, 5, 120, 1704067200.0, 601, 600)
+    assert (again["state"], again["restarts"]) == ("restarting", 1)

@@ -9,12 +9,14 @@ stopped and started again, up to `restarts` times, with a pause that doubles eac
     python3 serve_supervisor.py start CONFIG.json    `run` detached (its own session, output to supervisor.log
                                                      beside the state file); returns once it wrote its state
     python3 serve_supervisor.py stop CONFIG.json     SIGTERM to it, wait until it is gone, then `status`
+    python3 serve_supervisor.py free CONFIG.json     exit 0 when nothing listens on the server's port any more
 
 Every rank is driven through the verbs of its launcher script (templates/launch/rank.sh.j2), as the rank's
 `control` argv plus the verb: the local script for the head, an ssh command for the peers, whose authorized_keys
 line forces templates/serve/peer.sh.j2. Python 3.8 and the standard library only: it runs on the nodes.
 """
 
+import fcntl
 import http.client
 import json
 import math
@@ -26,6 +28,7 @@ import tempfile
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
@@ -42,8 +45,8 @@ PAUSE_STEP_S = 0.1
 REQUIRED_KEYS = ("name", "state_file", "pid_file", "ranks", "health_url")
 DEFAULTS = {"runtime": "", "model": "", "listen_timeout_s": 120, "load_timeout_s": 600, "restarts": 3,
             "backoff_s": 5, "backoff_max_s": 120, "clean_stop_exits": [0, 143], "stderr_tail_lines": 20,
-            "control_timeout_s": 30}
-SECONDS_KEYS = ("listen_timeout_s", "load_timeout_s", "backoff_s", "backoff_max_s", "control_timeout_s")
+            "control_timeout_s": 30, "stable_s": 600}
+SECONDS_KEYS = ("listen_timeout_s", "load_timeout_s", "backoff_s", "backoff_max_s", "control_timeout_s", "stable_s")
 
 Config = Dict[str, Any]
 Rank = Dict[str, Any]
@@ -95,8 +98,18 @@ def check_config(raw: Any) -> Config:
     ranks = config["ranks"]
     if not isinstance(ranks, list) or not ranks:
         raise ValueError("ranks: a non-empty list is needed")
+    for key in ("name", "state_file", "pid_file", "health_url"):
+        if not isinstance(config[key], str) or not config[key]:
+            raise ValueError("%s: a non-empty string is needed, not %r" % (key, config[key]))
+    if not config["health_url"].startswith("http://"):
+        raise ValueError("health_url: an http:// URL is needed, not %r" % config["health_url"])
+    if not isinstance(config["clean_stop_exits"], list) or not all(
+            isinstance(code, int) and not isinstance(code, bool) for code in config["clean_stop_exits"]):
+        raise ValueError("clean_stop_exits: a list of exit statuses is needed, not %r" % (config["clean_stop_exits"],))
     for rank in ranks:
-        control = rank.get("control") if isinstance(rank, dict) else None
+        if not isinstance(rank, dict):
+            raise ValueError("each rank is an object with rank, host, role and control, not %r" % (rank,))
+        control = rank.get("control")
         if (not isinstance(rank.get("rank"), int) or not isinstance(control, list) or not control
                 or not all(isinstance(word, str) for word in control)):
             raise ValueError("each rank needs an integer rank and a control argv (a list of strings): %r" % (rank,))
@@ -277,8 +290,13 @@ def ring_running(state: State, now: str) -> State:
     return changed(state, now, state="running", since=now)
 
 
-def failure_recorded(state: State, failure: Failure, base_s: float, cap_s: float, now_epoch: float) -> State:
-    """One more restart, or "failed" past max_restarts; next_start tells when the next generation begins."""
+def failure_recorded(state: State, failure: Failure, base_s: float, cap_s: float, now_epoch: float,
+                     ran_s: float = 0.0, stable_s: float = math.inf) -> State:
+    """One more restart, or "failed" past max_restarts; next_start tells when the next generation begins.
+    A ring that served for stable_s before it failed starts over with every restart (and the first backoff):
+    one crash a week must not add up to a failed server in a month."""
+    if ran_s >= stable_s:
+        state = changed(state, state["updated"], restarts=0)
     restarts = state["restarts"] + 1
     failures = (list(state["failures"]) + [failure])[-FAILURES_KEPT:]
     now = iso_utc(now_epoch)
@@ -341,11 +359,22 @@ def supervisor_alive(pid: Optional[int]) -> bool:
     return any(os.path.basename(word) == PROGRAM.encode() for word in words)
 
 
+# The lock on <pid file>.lock, held as long as this supervisor lives: checking the pid file and then writing it
+# would let two supervisors started at once both run (each stopping the other's ranks).
+_HELD_LOCKS = []  # type: List[int]
+
+
 def claim_pid_file(path: str, pid: int) -> str:
-    """Writes our pid; the reason to refuse instead, when another supervisor of this unit is alive."""
-    other = read_pid(path)
-    if other and other != pid and supervisor_alive(other):
-        return "another supervisor runs for this unit: pid %d (%s)" % (other, path)
+    """Takes the unit's lock and writes our pid; the reason to refuse instead, when another supervisor holds it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    descriptor = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        other = read_pid(path)
+        return "another supervisor runs for this unit: pid %s (%s)" % (other if other else "unknown", path)
+    _HELD_LOCKS.append(descriptor)
     atomic_write(path, "%d\n" % pid)
     return ""
 
@@ -418,12 +447,41 @@ def run_control(argv: Sequence[str], timeout_s: Optional[float], should_abort: C
             return ControlResult(None, stdout, stderr, timed_out=timed_out, interrupted=not timed_out)
 
 
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """/health answers itself: a redirect (elsewhere, say) is an answer, not a place to go."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None
+
+
+def read_within(response: Any, deadline: float, limit: int = 65536) -> str:
+    """The body, read in small pieces against one deadline: a server trickling a byte a second cannot hold the
+    supervisor (socket timeouts apply per read)."""
+    # read1: what has arrived, so that a trickle is seen piece by piece against the deadline.
+    reader = getattr(response, "read1", None) or response.read
+    chunks = []  # type: List[bytes]
+    size = 0
+    while size < limit:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than %g s" % HEALTH_TRY_TIMEOUT_S)
+        chunk = reader(min(4096, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def probe_health(opener: urllib.request.OpenerDirector, url: str) -> Tuple[Optional[int], str]:
+    deadline = time.monotonic() + HEALTH_TRY_TIMEOUT_S
     try:
         with opener.open(url, timeout=HEALTH_TRY_TIMEOUT_S) as response:
-            return response.getcode(), response.read(65536).decode("utf-8", "replace")
+            return response.getcode(), read_within(response, deadline)
     except urllib.error.HTTPError as error:
-        return error.code, error.read(65536).decode("utf-8", "replace")
+        try:
+            return error.code, read_within(error, deadline)
+        except (OSError, http.client.HTTPException) as reading:
+            return error.code, str(reading)
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as error:
         return None, str(getattr(error, "reason", error))
 
@@ -442,7 +500,7 @@ class Supervisor:
         self.phase = "starting"
         self.state = initial_state(config, os.getpid(), utc_now())
         # A node's http_proxy must not carry a request for 127.0.0.1 away.
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
 
     def request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True  # no logging here: a print inside a print would raise
@@ -594,6 +652,7 @@ class Supervisor:
         if failure:
             return failure
         self.phase = "running"
+        self.running_since = time.monotonic()
         self.save(ring_running(self.state, utc_now()))
         self.say("generation %d: running" % self.state["generation"])
         while True:
@@ -623,10 +682,13 @@ class Supervisor:
         self.say("supervisor pid %d for %d ranks" % (os.getpid(), len(self.ranks)))
         try:
             while True:
+                self.running_since = None  # type: Optional[float]
                 failure = self.generation()
+                ran_s = time.monotonic() - self.running_since if self.running_since is not None else 0.0
                 self.stop_ring()
                 self.save(failure_recorded(self.state, failure, self.config["backoff_s"],
-                                           self.config["backoff_max_s"], time.time()))
+                                           self.config["backoff_max_s"], time.time(), ran_s,
+                                           self.config["stable_s"]))
                 if self.state["state"] == "failed":
                     self.say("failed: %d restarts used up; last: %s" % (self.config["restarts"], failure["message"]))
                     return 1
@@ -661,12 +723,7 @@ class Supervisor:
 # ---- commands
 
 
-def status_command(config_path: str) -> int:
-    try:
-        config = load_config(config_path)
-    except (OSError, ValueError) as error:
-        print(json.dumps({"state": "unknown", "alive": False, "error": "config %s: %s" % (config_path, error)}))
-        return 2
+def status_command(config_path: str, config: Config) -> int:
     state, error = read_state(config["state_file"])
     report = dict(state) if state else {"name": config["name"], "state": "unknown", "error": error}
     pid = report.get("pid") if isinstance(report.get("pid"), int) else read_pid(config["pid_file"])
@@ -675,12 +732,7 @@ def status_command(config_path: str) -> int:
     return 0
 
 
-def run_command(config_path: str) -> int:
-    try:
-        config = load_config(config_path)
-    except (OSError, ValueError) as error:
-        print("%s: config %s: %s" % (PROGRAM, config_path, error), file=sys.stderr)
-        return 2
+def run_command(config_path: str, config: Config) -> int:
     refusal = claim_pid_file(config["pid_file"], os.getpid())
     if refusal:
         print("%s: %s" % (PROGRAM, refusal), file=sys.stderr)
@@ -701,14 +753,9 @@ def run_command(config_path: str) -> int:
         release_pid_file(config["pid_file"], os.getpid())
 
 
-def start_command(config_path: str, wait_s: float = 30.0) -> int:
+def start_command(config_path: str, config: Config, wait_s: float = 30.0) -> int:
     """`run` in a session of its own, detached from the caller's pipes (Ansible's command module waits for them
     to close), logging beside its state file. Returns once the new supervisor wrote its first state."""
-    try:
-        config = load_config(config_path)
-    except (OSError, ValueError) as error:
-        print("%s: config %s: %s" % (PROGRAM, config_path, error), file=sys.stderr)
-        return 2
     other = read_pid(config["pid_file"])
     if supervisor_alive(other):
         print("%s: another supervisor runs for this unit: pid %d (%s)" % (PROGRAM, other, config["pid_file"]),
@@ -744,14 +791,9 @@ def last_lines(path: str, count: int) -> str:
         return str(error)
 
 
-def stop_command(config_path: str) -> int:
+def stop_command(config_path: str, config: Config) -> int:
     """SIGTERM to the unit's supervisor, which stops its ring (head first); waits until it is gone. Exit 0 when
     every rank stopped cleanly or none ran, 1 otherwise; the state as `status` prints it."""
-    try:
-        config = load_config(config_path)
-    except (OSError, ValueError) as error:
-        print("%s: config %s: %s" % (PROGRAM, config_path, error), file=sys.stderr)
-        return 2
     pid = read_pid(config["pid_file"])
     if supervisor_alive(pid):
         os.kill(pid, signal.SIGTERM)
@@ -762,21 +804,62 @@ def stop_command(config_path: str) -> int:
         if supervisor_alive(pid):
             print("%s: the supervisor (pid %d) did not stop in time" % (PROGRAM, pid), file=sys.stderr)
             return 1
-        status_command(config_path)
+        status_command(config_path, config)
         state, dummy = read_state(config["state_file"])
         return 0 if state and (state.get("stop") or {}).get("clean", False) else 1
-    status_command(config_path)
+    status_command(config_path, config)
     return 0
 
 
-COMMANDS = {"run": run_command, "status": status_command, "start": start_command, "stop": stop_command}
+def port_listening(port: int, tables: Sequence[str] = ("/proc/net/tcp", "/proc/net/tcp6")) -> bool:
+    """Anything of this node listens on `port`, on any address (the kernel's own tables: state 0A is LISTEN)."""
+    suffix = ":%04X" % port
+    for table in tables:
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(suffix):
+                return True
+    return False
+
+
+def server_port(health_url: str) -> int:
+    parsed = urllib.parse.urlsplit(health_url)
+    return parsed.port or 80
+
+
+def free_command(config_path: str, config: Config) -> int:
+    """Exit 0 when nothing listens on the server's port any more (after a stop), 1 naming it otherwise."""
+    port = server_port(config["health_url"])
+    if port_listening(port):
+        print("%s: port %d is still listened on after the stop (ss -tlnp 'sport = :%d' names the process)"
+              % (config["name"], port, port), file=sys.stderr)
+        return 1
+    print(json.dumps({"name": config["name"], "port": port, "free": True}))
+    return 0
+
+
+COMMANDS = {"run": run_command, "status": status_command, "start": start_command, "stop": stop_command,
+            "free": free_command}
 
 
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 3 or argv[1] not in COMMANDS:
-        print("usage: %s run|start|stop|status CONFIG.json" % PROGRAM, file=sys.stderr)
+        print("usage: %s run|start|stop|status|free CONFIG.json" % PROGRAM, file=sys.stderr)
         return 2
-    return COMMANDS[argv[1]](argv[2])
+    try:
+        config = load_config(argv[2])
+    except (OSError, ValueError) as error:
+        if argv[1] == "status":  # status always answers one JSON line, as Ansible reads it
+            print(json.dumps({"state": "unknown", "alive": False, "error": "config %s: %s" % (argv[2], error)}))
+        else:
+            print("%s: config %s: %s" % (PROGRAM, argv[2], error), file=sys.stderr)
+        return 2
+    return COMMANDS[argv[1]](argv[2], config)
 
 
 if __name__ == "__main__":
