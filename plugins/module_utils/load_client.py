@@ -24,6 +24,13 @@ def chat_body(prompt: str, max_tokens: int, stream: bool, model: str = "default"
                        "stream": stream, "temperature": 0, "cache_prompt": False}).encode("utf-8")
 
 
+def completion_body(prompt: str, max_tokens: int) -> bytes:
+    """A non-streamed request to llama-server's own /completion: the one endpoint whose answer carries `timings` in
+    both servers (prima.cpp's llama-server at its pinned commit gives none with a chat completion)."""
+    return json.dumps({"prompt": prompt, "n_predict": max_tokens, "stream": False, "temperature": 0,
+                       "cache_prompt": False}).encode("utf-8")
+
+
 def _headers(api_key: str, stream: bool) -> Dict[str, str]:
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
     if api_key:
@@ -87,14 +94,14 @@ def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: floa
 
 def complete(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
              clock=time.monotonic) -> Dict[str, Any]:
-    """One non-streamed chat completion: {sent, done, status, timings, usage, error}. Only the server's own
-    `timings` and `usage` of the answer are kept (the generated text is not needed and could be long)."""
+    """One non-streamed /completion (body: completion_body): {sent, done, status, timings, usage, error}. Only the
+    server's own `timings` and the token counts of the answer are kept (the text is not needed and could be long)."""
     record = {"sent": None, "done": None, "status": None, "timings": None, "usage": None,
               "error": None}  # type: Dict[str, Any]
     connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:
         record["sent"] = clock()
-        connection.request("POST", "/v1/chat/completions", body=body, headers=_headers(api_key, False))
+        connection.request("POST", "/completion", body=body, headers=_headers(api_key, False))
         response = connection.getresponse()
         record["status"] = response.status
         text = response.read(MAX_LINE)
@@ -112,7 +119,8 @@ def complete(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
             record["error"] = "the answer has no timings: %s" % json.dumps(answer, sort_keys=True)[:300]
         else:
             record["timings"] = answer["timings"]
-            record["usage"] = answer.get("usage") if isinstance(answer.get("usage"), dict) else None
+            record["usage"] = {"prompt_tokens": answer.get("tokens_evaluated"),
+                               "completion_tokens": answer.get("tokens_predicted")}
     except (OSError, http.client.HTTPException) as error:
         record["error"] = "%s: %s" % (type(error).__name__, error)
     finally:

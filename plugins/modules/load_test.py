@@ -97,7 +97,7 @@ levels:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.prima.cluster.plugins.module_utils.load_client import chat_body, complete, run_level
+from ansible_collections.prima.cluster.plugins.module_utils.load_client import complete, completion_body, run_level
 
 # Events of a streamed request besides its tokens: the role's chunk, the final (finish_reason, timings) chunk,
 # and room for a usage chunk or two.
@@ -142,7 +142,7 @@ def main():
     if problems:
         module.fail_json(msg="load_test: " + "; ".join(problems))
     address = (params["host"], params["port"], params["api_key"])
-    body = chat_body(params["prompt"], params["max_tokens"], False)
+    body = completion_body(params["prompt"], params["max_tokens"])
     sequential = []
     for index in range(params["warmup"] + params["runs"]):
         record = complete(*address, body=body, timeout_s=params["timeout_s"])

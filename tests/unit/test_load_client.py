@@ -30,10 +30,9 @@ class Streamer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        words = body["messages"][0]["content"].split()
-        if not body["stream"]:
-            answer = {"choices": [{"message": {"role": "assistant", "content": " ".join(words)}}],
-                      "usage": {"completion_tokens": len(words)}}
+        if self.path == "/completion":  # llama-server's own endpoint, the non-streamed requests'
+            words = body["prompt"].split()
+            answer = {"content": " ".join(words), "tokens_predicted": len(words), "tokens_evaluated": 2}
             if "NOTIMINGS" not in words:
                 answer["timings"] = {"predicted_n": len(words), "predicted_per_second": 50.0}
             payload = json.dumps(answer).encode()
@@ -43,6 +42,7 @@ class Streamer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        words = body["messages"][0]["content"].split()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -106,18 +106,20 @@ def test_a_missing_key_and_a_cut_stream_are_errors(server):
 def test_every_request_asks_for_the_whole_prompt_evaluated():
     body = json.loads(load_client.chat_body("Hello", 8, False))
     assert body["cache_prompt"] is False and body["stream"] is False and body["max_tokens"] == 8
+    body = json.loads(load_client.completion_body("Hello", 8))
+    assert body == {"prompt": "Hello", "n_predict": 8, "stream": False, "temperature": 0, "cache_prompt": False}
 
 
 def test_a_non_streamed_request_keeps_the_servers_timings(server):
-    record = load_client.complete("127.0.0.1", server, KEY, load_client.chat_body("a b c", 8, False), 10)
+    record = load_client.complete("127.0.0.1", server, KEY, load_client.completion_body("a b c", 8), 10)
     assert record["status"] == 200 and record["error"] is None and record["done"] >= record["sent"]
     assert record["timings"] == {"predicted_n": 3, "predicted_per_second": 50.0}
-    assert record["usage"] == {"completion_tokens": 3} and "choices" not in record
-    missing = load_client.complete("127.0.0.1", server, KEY, load_client.chat_body("a NOTIMINGS", 8, False), 10)
+    assert record["usage"] == {"prompt_tokens": 2, "completion_tokens": 3} and "content" not in record
+    missing = load_client.complete("127.0.0.1", server, KEY, load_client.completion_body("a NOTIMINGS", 8), 10)
     assert missing["timings"] is None and missing["error"].startswith("the answer has no timings: {")
-    refused = load_client.complete("127.0.0.1", server, "wrong", load_client.chat_body("a", 4, False), 10)
+    refused = load_client.complete("127.0.0.1", server, "wrong", load_client.completion_body("a", 4), 10)
     assert refused["status"] == 401 and refused["error"] == 'HTTP 401: {"error": {"code": 401, "message": "Invalid API Key"}}'
-    closed = load_client.complete("127.0.0.1", 1, KEY, load_client.chat_body("a", 4, False), 2)
+    closed = load_client.complete("127.0.0.1", 1, KEY, load_client.completion_body("a", 4), 2)
     assert closed["error"].startswith("ConnectionRefusedError") and closed["status"] is None
 
 
