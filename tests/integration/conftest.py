@@ -51,7 +51,8 @@ class PlaybookRun:
         self.messages = []  # type: List[str]
         for event in runner.events:
             result = (event.get("event_data") or {}).get("res")
-            if event.get("event") == "runner_on_ok" and isinstance(result, dict) and "msg" in result:
+            if event.get("event") in ("runner_on_ok", "runner_item_on_ok") and isinstance(result, dict) \
+                    and "msg" in result:
                 message = result["msg"]
                 self.messages += [str(line) for line in message] if isinstance(message, list) else [str(message)]
 
@@ -321,3 +322,23 @@ def running_child(node, unit):
     except (OSError, ValueError):
         return None
     return int(children[0]) if children else None
+
+
+@pytest.fixture(scope="session")
+def overhead_runs(site_runs, tmp_path_factory):
+    """benchmarks/bench_overhead.py once on the provisioned sandbox (every runtime, 5 measured runs, mode=run then
+    mode=server): its figures and both runs' reports and output, which the tests of each mode read
+    (test_bench.py, test_bench_server.py) instead of running bench.yml again. results.jsonl starts with an earlier
+    line, which both runs must leave as it is."""
+    reports = tmp_path_factory.mktemp("overhead") / "reports"
+    reports.mkdir()
+    (reports / "results.jsonl").write_text('{"earlier": "line"}\n')
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "bench_overhead.py"), "--runtime", "all",
+                           "--runs", "5", "--reports", str(reports)], cwd=REPO, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(os.path.join(ARTIFACTS, "bench-overhead.json")) as handle:
+        result = json.load(handle)
+    run_ids = {row["mode"]: row["run_id"] for row in result["figures"]}
+    logs = {mode: (reports / ("%s.log" % run_id)).read_text() for mode, run_id in run_ids.items()}
+    return {"result": result, "reports": reports, "stdout": done.stdout, "run_ids": run_ids, "logs": logs}

@@ -8,13 +8,14 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 
 import pytest
 
 from conftest import (NODE_ROOT, PRIMA, REPO, STATE, assert_clean_failure, bench, rank_processes, running_child,
-                      wait_for, write_figures)
+                      wait_for)
 
 
 def perflog(path):
@@ -23,29 +24,28 @@ def perflog(path):
     return json.loads(out)[0]
 
 
-def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
-    reports = tmp_path / "reports"
-    (reports).mkdir()
-    (reports / "results.jsonl").write_text('{"earlier": "line"}\n')
-    result = bench(reports, "all-1", "bench-all", runtime="all", runs=2)
-    assert result.status == "successful", result.describe()
+def test_bench_report_matches_the_raw_logs(provisioned, overhead_runs):
+    # The mode=run bench of the overhead benchmark (conftest.overhead_runs): every runtime, 5 measured runs.
+    reports = overhead_runs["reports"]
+    run_id = overhead_runs["run_ids"]["run"]
+    stdout = overhead_runs["logs"]["run"]
     lines = (reports / "results.jsonl").read_text().splitlines()
     assert lines[0] == '{"earlier": "line"}'
-    runs = [json.loads(line) for line in lines[1:]]
+    runs = [record for record in map(json.loads, lines[1:]) if record["run_id"] == run_id]
+    assert all(run["mode"] == "run" for run in runs)
     runtimes = ["prima", "llama_rpc", "single"] if PRIMA else ["llama_rpc", "single"]
-    assert sorted(run["runtime"] for run in runs) == sorted(runtimes * 2)
+    assert sorted(run["runtime"] for run in runs) == sorted(runtimes * 5)
     for run in runs:
         head = run["hosts"][0]
         label = "run%d" % (run["run_index"])
-        raw = perflog(str(reports / "all-1" / "raw" / head / run["unit"] / label / "stderr"))
+        raw = perflog(str(reports / run_id / "raw" / head / run["unit"] / label / "stderr"))
         for key in ("prompt_ms", "prompt_tokens", "prompt_tps", "eval_ms", "eval_runs", "eval_tps", "total_ms"):
             assert run["perf"][key] == raw[key], (run["unit"], label, key)
         assert run["world"] == (1 if run["runtime"] == "single" else 3)
-        command = (reports / "all-1" / "raw" / head / run["unit"] / label / "command.txt").read_text()
+        command = (reports / run_id / "raw" / head / run["unit"] / label / "command.txt").read_text()
         assert "-m /opt/models/tiny.gguf" in command
-    report = (reports / "all-1" / "report.md").read_text()
-    rpc = sorted(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
-    median = (rpc[0] + rpc[1]) / 2
+    report = (reports / run_id / "report.md").read_text()
+    median = statistics.median(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
     # The mapped sandbox: auto found the direct path closed, and SSH forwards carried every run.
     assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| ssh \| 3 \| .* \| %.2f ± " % median, report), report
     assert all(run["transport"]["mode"] == "ssh" and "auto: n0 cannot reach 10.77.0.11:" in run["transport"]["reason"]
@@ -60,29 +60,12 @@ def test_bench_report_matches_the_raw_logs(provisioned, tmp_path):
         assert network[("n0", target)]["peer"] == worker and network[("n0", target)]["via"] == "ssh"
         assert re.search(r"\| n0 \| %s:%s via ssh \(%s\) \| [0-9.]+ \| [0-9.]+ \|"
                          % (worker, target.split(":")[1], re.escape(target)), report)
-    assert "| Results" not in result.stdout and "| Runtime | Model | Link |" in result.stdout
+    assert "| Results" not in stdout and "| Runtime | Model | Link |" in stdout
     assert rank_processes() == []
     assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
     # With its default parameters, bench.yml runs exactly the units site.yml rendered.
-    rendered = re.search(r"TASK \[prima\.cluster\.launch : Render this host's launcher scripts\].*?\n\n", result.stdout, re.S)
-    assert rendered and "changed:" not in rendered.group(0), rendered.group(0) if rendered else result.stdout
-
-
-def test_one_measured_run_overhead(provisioned, tmp_path):
-    """Figure for the closing note: bench.yml's wall time around the ranks' own run time."""
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    result = bench(reports, "overhead-1", "bench-overhead", runtime="llama_rpc", runs=1)
-    assert result.status == "successful", result.describe()
-    heads = 0.0
-    for label in ("warmup0", "run1"):
-        run_dir = reports / "overhead-1" / "raw" / "n0" / "llama_rpc-tiny" / label
-        assert (run_dir / "exit").read_text().strip() == "0"
-        heads += float((run_dir / "wall_s").read_text())
-    write_figures("bench-figures.json", {
-        "bench_wall_s": round(result.seconds, 1), "ranks_run_s": round(heads, 1),
-        "overhead_s": round(result.seconds - heads, 1), "measured_runs": 1, "warmup_runs": 1, "nodes": 3,
-        "runtime": "llama_rpc", "command": "bench.yml -e model=tiny -e runtime=llama_rpc -e runs=1"})
+    rendered = re.search(r"TASK \[prima\.cluster\.launch : Render this host's launcher scripts\].*?\n\n", stdout, re.S)
+    assert rendered and "changed:" not in rendered.group(0), rendered.group(0) if rendered else stdout
 
 
 def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):

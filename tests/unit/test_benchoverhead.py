@@ -1,0 +1,46 @@
+"""The overhead per measured run of both bench modes, from a run's records and raw files."""
+
+import json
+
+from ansible_collections.prima.cluster.plugins.plugin_utils import benchoverhead
+
+
+def test_run_mode_counts_every_head_run_and_divides_by_the_measured_ones(tmp_path):
+    raw = tmp_path / "raw"
+    for unit in ("llama_rpc-tiny", "single-tiny"):
+        for label, seconds in (("warmup0", "3.5"), ("run1", "2.0"), ("run2", "2.5"), ("run2-retry1", "1.0")):
+            (raw / "n0" / unit / label).mkdir(parents=True)
+            (raw / "n0" / unit / label / "wall_s").write_text(seconds + "\n")
+        # A worker's wall time is not the head's.
+        (raw / "n1" / unit / "run1").mkdir(parents=True)
+        (raw / "n1" / unit / "run1" / "wall_s").write_text("99\n")
+    results = tmp_path / "results.jsonl"
+    records = [{"run_id": "r", "mode": "run", "unit": unit, "hosts": ["n0", "n1"], "runtime": unit.split("-")[0]}
+               for unit in ("llama_rpc-tiny", "single-tiny") for _ in range(2)]
+    results.write_text("\n".join(json.dumps(record) for record in records + [{"run_id": "other"}]) + "\n")
+    read = benchoverhead.read_records(str(results), "r")
+    assert len(read) == 4 and benchoverhead.measured_runs(read, "run") == 4
+    heads = benchoverhead.run_heads_s(str(raw), read)
+    assert heads == 18.0
+    figures = benchoverhead.overhead("run", 78.0, heads, 4)
+    assert figures["overhead_s_per_run"] == 15.0 and figures["goal_met"] is False
+
+
+def test_server_mode_takes_each_request_and_level_as_the_client_saw_it(tmp_path):
+    load = {"sequential": [{"warmup": True, "sent": 1.0, "done": 1.5}, {"sent": 2.0, "done": 2.25},
+                           {"sent": None, "done": 3.0}],
+            "levels": [{"clients": 1, "wall_s": 1.0}, {"clients": 2, "wall_s": "x"}]}
+    where = tmp_path / "raw" / "n0" / "serve-single-tiny" / "unshaped"
+    where.mkdir(parents=True)
+    (where / "load.json").write_text(json.dumps(load))
+    loads = benchoverhead.load_results(str(tmp_path / "raw"))
+    assert benchoverhead.server_heads_s(loads) == 1.75
+    records = [{"mode": "server", "warmup": True}, {"mode": "server", "warmup": False}, {"mode": "server-load"}]
+    assert benchoverhead.measured_runs(records, "server") == 1
+    server = benchoverhead.overhead("server", 4.75, 1.75, 2)
+    assert server["overhead_s_per_run"] == 1.5 and server["goal_met"] is True
+    run = benchoverhead.overhead("run", 40.0, 10.0, 2)
+    assert benchoverhead.ratio([run, server]) == 10.0
+    table = benchoverhead.table([run, server])
+    assert "| server | 4.8 | 1.8 | 2 | 1.50 | 2.0 (met) |" in table
+    assert benchoverhead.overhead("server", 1.0, 0.0, 0)["overhead_s_per_run"] is None
