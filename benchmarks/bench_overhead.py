@@ -65,7 +65,7 @@ def bench(mode: str, args: argparse.Namespace, reports: str) -> Dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runtime", default="all")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--model", default="tiny")

@@ -127,7 +127,7 @@ def main():
             port=dict(type="int", required=True),
             api_key=dict(type="str", default="", no_log=True),
             prompt=dict(type="str", required=True),
-            max_tokens=dict(type="int", required=True),
+            max_tokens=dict(type="int", required=True, no_log=False),
             warmup=dict(type="int", default=1),
             runs=dict(type="int", default=3),
             clients=dict(type="list", elements="int", default=[]),

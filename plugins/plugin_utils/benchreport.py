@@ -321,8 +321,8 @@ def load_tables(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
             server.get("parallel", "—"), server.get("ctx_size", "—")) if server else ""
         tables.append({"runtime": runtime, "model": model, "link": link,
                        "title": "%s, %s, %s" % (RUNTIME_TITLES.get(runtime, runtime), model, link),
-                       "where": "%s; %s%s." % (_sentence(first.get("clients_where") or "clients: where, not recorded"),
-                                                asked, slots),
+                       "where": "%s; %s%s." % (
+                           _sentence(first.get("clients_where") or "clients: where, not recorded"), asked, slots),
                        "errors": sorted({sample for level in levels for sample in level.get("error_samples") or []}),
                        "table": load_table(levels)})
     return tables

@@ -117,8 +117,8 @@ def sequential_records(plan: Mapping[str, Any], result: Mapping[str, Any],
         record = _base(plan, meta, "server")
         record.update({"run_index": index, "warmup": bool(request.get("warmup")),
                        "perf": parse_server_timings(request.get("timings") or {}),
-                       "request": {"status": request.get("status"), "wall_ms": _ms(request.get("sent"),
-                                                                                 request.get("done")),
+                       "request": {"status": request.get("status"),
+                                   "wall_ms": _ms(request.get("sent"), request.get("done")),
                                    "usage": request.get("usage"), "error": request.get("error")}})
         records.append(record)
     return records

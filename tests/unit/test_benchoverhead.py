@@ -15,8 +15,8 @@ def test_run_mode_counts_every_head_run_and_divides_by_the_measured_ones(tmp_pat
         (raw / "n1" / unit / "run1").mkdir(parents=True)
         (raw / "n1" / unit / "run1" / "wall_s").write_text("99\n")
     results = tmp_path / "results.jsonl"
-    records = [{"run_id": "r", "mode": "run", "unit": unit, "hosts": ["n0", "n1"], "runtime": unit.split("-")[0]}
-               for unit in ("llama_rpc-tiny", "single-tiny") for _ in range(2)]
+    records = [{"run_id": "r", "mode": "run", "unit": unit, "hosts": ["n0", "n1"], "runtime": unit.split("-", maxsplit=1)[0]}
+               for unit in ("llama_rpc-tiny", "single-tiny") for dummy in range(2)]
     results.write_text("\n".join(json.dumps(record) for record in records + [{"run_id": "other"}]) + "\n")
     read = benchoverhead.read_records(str(results), "r")
     assert len(read) == 4 and benchoverhead.measured_runs(read, "run") == 4

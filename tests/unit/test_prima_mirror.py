@@ -51,7 +51,8 @@ def env(tmp_path):
 
 
 def run(environ, **overrides):
-    return subprocess.run([SCRIPT], env={**environ, **overrides}, capture_output=True, text=True, timeout=60)
+    return subprocess.run([SCRIPT], env={**environ, **overrides}, capture_output=True, text=True, timeout=60,
+                          check=False)
 
 
 def test_a_given_mirror_holding_the_commit_is_printed(tmp_path, env):
@@ -61,8 +62,8 @@ def test_a_given_mirror_holding_the_commit_is_printed(tmp_path, env):
 
 
 def test_a_given_mirror_without_the_commit_fails_naming_it(tmp_path, env):
-    mirror, _ = repo_with_commits(tmp_path / "mirror.git")
-    _, (elsewhere,) = repo_with_commits(tmp_path / "other.git")
+    mirror, dummy = repo_with_commits(tmp_path / "mirror.git")
+    dummy, (elsewhere,) = repo_with_commits(tmp_path / "other.git")
     result = run(env, PRIMA_CPP_MIRROR=mirror, PRIMA_CPP_VERSION=elsewhere)
     assert result.returncode == 1 and result.stdout == ""
     assert "PRIMA_CPP_MIRROR=%s does not hold commit %s" % (mirror, elsewhere) in result.stderr

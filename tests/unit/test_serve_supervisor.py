@@ -256,7 +256,7 @@ class Ring:
         (tmp_path / "head.py").write_text(HEAD_PROGRAM)
         (tmp_path / "worker.py").write_text(WORKER_PROGRAM)
         self.scripts, self.state_dirs, ranks = [], [], []
-        self.ports = [free_port() for _ in range(3)]
+        self.ports = [free_port() for dummy in range(3)]
         for number, port in enumerate(self.ports):
             program = [str(tmp_path / "head.py"), str(port), str(head_ready_after)] if number == 0 else \
                 [str(tmp_path / "worker.py"), str(port)]

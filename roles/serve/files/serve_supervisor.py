@@ -555,7 +555,7 @@ class Supervisor:
             if process.poll() is None:
                 continue
             del self.watchers[number]
-            stdout, _ = collect_output(process)
+            stdout, dummy = collect_output(process)
             rank = self.ranks[number]
             exit_code, what = watch_outcome(parse_status(stdout), process.returncode,
                                             os.path.basename(rank["control"][0]))
