@@ -38,6 +38,11 @@ def _headers(api_key: str, stream: bool) -> Dict[str, str]:
     return headers
 
 
+def http_error(status: int, body: bytes) -> str:
+    """A refused request in one line: its status and the start of what the server said."""
+    return "HTTP %d: %s" % (status, body[:300].decode("utf-8", "replace").replace("\n", " "))
+
+
 def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
                 clock=time.monotonic, max_events: int = MAX_EVENTS) -> Dict[str, Any]:
     """One streamed chat completion: {sent, done, status, arrivals: [[t, event]], dropped, error}.
@@ -57,8 +62,7 @@ def one_request(host: str, port: int, api_key: str, body: bytes, timeout_s: floa
         response = connection.getresponse()
         record["status"] = response.status
         if response.status != 200:
-            record["error"] = "HTTP %d: %s" % (response.status, response.read(300).decode("utf-8", "replace")
-                                               .replace("\n", " "))
+            record["error"] = http_error(response.status, response.read(300))
             return record
         while True:
             line = response.readline(MAX_LINE)
@@ -106,8 +110,7 @@ def complete(host: str, port: int, api_key: str, body: bytes, timeout_s: float,
         record["status"] = response.status
         text = response.read(MAX_LINE)
         if response.status != 200:
-            record["error"] = "HTTP %d: %s" % (response.status, text[:300].decode("utf-8", "replace")
-                                               .replace("\n", " "))
+            record["error"] = http_error(response.status, text)
             return record
         try:
             answer = json.loads(text.decode("utf-8", "replace"))  # type: Any
