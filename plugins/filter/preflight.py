@@ -4,7 +4,8 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (ch
                                                                               cluster_ranks, layer_window_problems,
                                                                               positive_int_problems, rank_env_problems,
                                                                               role_argument_specs,
-                                                                              role_input_problems)
+                                                                              role_input_problems, runtimes_problems,
+                                                                              runtimes_selection)
 
 
 class FilterModule:
@@ -18,4 +19,6 @@ class FilterModule:
             "positive_int_problems": positive_int_problems,
             "layer_window_problems": layer_window_problems,
             "rank_env_problems": rank_env_problems,
+            "runtimes_problems": runtimes_problems,
+            "runtimes_selection": runtimes_selection,
         }

@@ -230,6 +230,38 @@ def choice_problems(value: Any, choices: Iterable[str], variable: str) -> List[s
     return ["%s '%s' is not one of: %s; pass -e %s=%s" % (variable, value, ", ".join(allowed), variable, allowed[0])]
 
 
+RUNTIMES = ("prima", "llama_rpc", "single")
+
+
+def _runtime_words(value: Any) -> List[str]:
+    words = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(word).strip() for word in words]
+
+
+def runtimes_problems(value: Any, variable: str = "runtime") -> List[str]:
+    """`all`, or a comma-separated list of runtimes without repeats."""
+    words = _runtime_words(value)
+    if words == ["all"]:
+        return []
+    problems = ["%s '%s' is not one of: %s, or all; pass -e %s=%s" % (variable, word, ", ".join(RUNTIMES), variable,
+                                                                   ",".join(RUNTIMES[1:]))
+                for word in words if word not in RUNTIMES + ("all",)]
+    if "all" in words:
+        problems.append("%s: all means every runtime built and stands alone; pass -e %s=all" % (variable, variable))
+    repeated = sorted({word for word in words if words.count(word) > 1})
+    if repeated:
+        problems.append("%s names %s twice; each runtime runs once" % (variable, ", ".join(repeated)))
+    return problems
+
+
+def runtimes_selection(value: Any, prima_built: bool) -> List[str]:
+    """The runtimes a bench runs, in the order given; `all` is every runtime built (prima.cpp first)."""
+    words = _runtime_words(value)
+    if words == ["all"]:
+        return [runtime for runtime in RUNTIMES if prima_built or runtime != "prima"]
+    return list(dict.fromkeys(words))
+
+
 def positive_int_problems(value: Any, variable: str) -> List[str]:
     """A count that must be a whole number >= 1."""
     if _is_int(value) and int(value) >= 1:
