@@ -26,5 +26,6 @@ class FilterModule:
             "serve_known_hosts": _raising(serve.known_hosts),
             "serve_status_lines": _raising(serve.status_lines),
             "serve_reach": _raising(serve.reach),
+            "serve_openai_endpoints": _raising(serve.openai_endpoints),
             "serve_exit_meaning": _raising(serve.exit_meaning),
         }

@@ -185,3 +185,31 @@ def playbook_specs(playbooks: Sequence[str], extra_vars: Mapping[str, Any],
 def playbooks_taking(extra_vars: Mapping[str, Any]) -> Dict[str, List[str]]:
     """Each playbook variable of meta/extra_vars.yml, with the playbooks that take it."""
     return {name: list(entry.get("playbooks") or []) for name, entry in (extra_vars.get("variables") or {}).items()}
+
+
+def sibling_playbook(arg: str, playbook: str) -> str:
+    """`playbook` (serve.yml) where the command line's playbook `arg` is: beside it, or the installed
+    collection's prima.cluster.serve for prima.cluster.bench."""
+    if arg.startswith("prima.cluster."):
+        return "prima.cluster." + playbook.rsplit(".", 1)[0]
+    return arg.rsplit("/", 1)[0] + "/" + playbook if "/" in arg else playbook
+
+
+def rerun_command(cli: Mapping[str, Any], extra: Sequence[str], playbook: str = "") -> str:
+    """The ansible-playbook line that runs this run's playbooks again (or `playbook` beside them), on the same
+    inventory with the same vault and limit, with `extra` (like `-e state=status`) instead of this run's -e
+    values: what a hint prints, so that it works pasted as printed."""
+    argv = ["ansible-playbook"]
+    for source in cli.get("inventory") or ():
+        argv += ["-i", str(source)]
+    if cli.get("subset"):
+        argv += ["--limit", str(cli["subset"])]
+    for vault_id in cli.get("vault_ids") or ():
+        argv += ["--vault-id", str(vault_id)]
+    for password_file in cli.get("vault_password_files") or ():
+        argv += ["--vault-password-file", str(password_file)]
+    if cli.get("ask_vault_pass"):
+        argv.append("--ask-vault-pass")
+    args = [str(arg) for arg in cli.get("args") or ()]
+    argv += [sibling_playbook(args[0], playbook)] if playbook and args else args
+    return " ".join(shell_quote(arg) for arg in argv + list(extra))

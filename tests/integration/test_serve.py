@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import (STATE, bench, rank_processes, run_playbook, running_child, wait_for,
+from conftest import (SANDBOX_INVENTORY, STATE, bench, rank_processes, run_playbook, running_child, wait_for,
                       write_figures)
 
 UNIT = "serve-llama_rpc-tiny"
@@ -45,12 +45,14 @@ def supervisor_state():
         return json.load(handle)
 
 
-def printed(result, prefix):
-    """The command serve.yml printed after `prefix`."""
-    for line in result.messages:
-        if line.startswith(prefix):
-            return line[len(prefix):].strip()
-    raise AssertionError("%r not printed\n%s" % (prefix, result.describe()))
+def printed(result, label):
+    """The command serve.yml printed on the line after the one starting with `label`, as a person reads it in the
+    output: one line, to paste as it is."""
+    lines = result.stdout.splitlines()
+    for index, line in enumerate(lines[:-1]):
+        if line.startswith(label):
+            return lines[index + 1]
+    raise AssertionError("%r not printed\n%s" % (label, result.describe()))
 
 
 def chat(port, key, stream=False, timeout=120):
@@ -106,7 +108,7 @@ def test_serve_answers_through_the_printed_tunnel_and_curl(server):
     start, port, key = server["start"], server["port"], server["key"]
     assert key not in start.stdout
     # The curl serve.yml printed, as printed: the key comes from the header file, never from the command line.
-    curl = printed(start, "2. A chat completion:")
+    curl = printed(start, "2. A chat completion")
     assert "Bearer" not in curl
     answered = subprocess.run(shlex.split(curl), capture_output=True, text=True, check=True, timeout=120)
     answer = json.loads(answered.stdout)
@@ -127,11 +129,41 @@ def test_serve_answers_through_the_printed_tunnel_and_curl(server):
     assert refused.value.code == 401
 
 
+def openai_client_checks(port, key, runtime):
+    """What the official openai package gets through the tunnel: the model listed by its catalog key, a chat
+    completion, a streamed one, a legacy completion (where the runtime answers it in OpenAI's shape), and 401."""
+    import openai
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key=key, timeout=120, max_retries=0)
+    assert [model.id for model in client.models.list()] == ["tiny"]
+    answer = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
+                                            max_tokens=8)
+    assert answer.choices[0].message.role == "assistant" and answer.usage.completion_tokens > 0
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
+                                                 max_tokens=8, stream=True))
+    assert any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks)
+    if runtime == "prima":
+        # Said by serve.yml, its status and the README: prima.cpp's /v1/completions is llama.cpp's native shape.
+        with pytest.raises((TypeError, AttributeError, openai.APIError)):
+            client.completions.create(model="tiny", prompt="Hello", max_tokens=8).choices[0].text
+    else:
+        completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=8)
+        assert isinstance(completion.choices[0].text, str) and completion.usage.completion_tokens > 0
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key=key + "x", max_retries=0).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hello"}], max_tokens=8)
+
+
+def test_the_openai_client_is_served_through_the_printed_tunnel(server):
+    assert "model \"tiny\"" in server["start"].stdout
+    openai_client_checks(server["port"], server["key"], "llama_rpc")
+
+
 def test_a_bench_is_refused_while_it_serves(server, tmp_path):
     result = bench(tmp_path, "while-serving", "bench-while-serving", runtime="single", runs=1)
     assert result.status == "failed"
     assert "n0 serves %s (serve.yml)" % UNIT in result.stdout
-    assert "ansible-playbook serve.yml -e state=stopped" in result.stdout
+    assert "ansible-playbook -i %s serve.yml -e state=stopped" % SANDBOX_INVENTORY in result.stdout
     assert supervisor_state()["state"] == "running"
 
 

@@ -13,7 +13,7 @@ from ansible.parsing.splitter import parse_kv
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import (extra_vars_problems, our_playbooks,
                                                                               playbook_names, playbook_specs,
-                                                                              playbooks_taking)
+                                                                              playbooks_taking, rerun_command)
 from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (role_argument_specs, runtimes_problems,
                                                                               runtimes_selection)
 
@@ -203,3 +203,25 @@ def test_the_rent_command_as_the_readme_spells_it_passes_the_check(tmp_path):
     out = result.stdout + result.stderr
     assert "fix these -e values first" not in out, out
     assert result.returncode != 0 and "127.0.0.1:9" in out, out
+
+
+def test_a_hint_runs_the_same_playbook_on_the_same_inventory_with_its_vault():
+    cli = {"inventory": ("/work/inv/sandbox-mapped.yml", "extra hosts,"), "args": ("playbooks/serve.yml",),
+           "vault_password_files": ("/root/.vault pass",), "ask_vault_pass": False, "subset": "n0:n1",
+           "extra_vars": ("model=tiny",)}
+    assert rerun_command(cli, ["-e", "state=status"]) == (
+        "ansible-playbook -i /work/inv/sandbox-mapped.yml -i 'extra hosts,' --limit n0:n1 --vault-password-file "
+        "'/root/.vault pass' playbooks/serve.yml -e state=status")
+    assert rerun_command(dict(cli, args=("bench.yml",), subset=None, vault_password_files=(), ask_vault_pass=True),
+                         ["-e", "state=stopped"], playbook="serve.yml") == (
+        "ansible-playbook -i /work/inv/sandbox-mapped.yml -i 'extra hosts,' --ask-vault-pass serve.yml -e state=stopped")
+    assert rerun_command({"args": ("prima.cluster.bench",)}, [], playbook="serve.yml") == (
+        "ansible-playbook prima.cluster.serve")
+
+
+def test_a_hint_pasted_into_bash_gives_the_same_words():
+    cli = {"inventory": ("/tmp/my inventory;rm -rf x.yml",), "args": ("serve.yml",)}
+    line = rerun_command(cli, ["-e", "state=status"])
+    argv = subprocess.run(["bash", "-c", 'printf "%s\\n" ' + line], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    assert argv == ["ansible-playbook", "-i", "/tmp/my inventory;rm -rf x.yml", "serve.yml", "-e", "state=status"]
