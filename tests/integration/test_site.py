@@ -27,6 +27,14 @@ def test_second_run_changes_nothing(site_runs):
     write_figures("site-figures.json", figures)
 
 
+def test_site_says_when_and_why_it_leaves_prima_out(site_runs):
+    cold, second = site_runs
+    notice = "NOTICE: prima.cpp is not built on n0, n1, n2: prima_enabled is false (the sandbox builds it from a " \
+             "local mirror only: set PRIMA_CPP_MIRROR"
+    for run in (cold, second):
+        assert any(line.startswith(notice) for line in run.messages) != PRIMA, run.describe()
+
+
 def test_check_mode_is_clean(site_runs):
     check = run_playbook("site.yml", cmdline="--check", label="site-check")
     assert check.status == "successful", check.describe()
