@@ -44,7 +44,7 @@ class ActionModule(ActionBase):
         path = raw_path(args["raw_dir"], plan, meta.get("link"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump(raw_result(measured), handle, sort_keys=True)
+            json.dump(raw_result(measured), handle, sort_keys=True, allow_nan=False)
             handle.write("\n")
         problems = sequential_problems(plan, measured)
         if problems:

@@ -56,7 +56,7 @@ options:
     type: int
     default: 2
   timeout_s:
-    description: The longest one request may take.
+    description: The longest one request may take, all told (connecting, headers, every event of its answer).
     type: float
     default: 600
   arrivals_cap:
@@ -89,7 +89,9 @@ sequential:
 levels:
   description: >-
     One entry per client count, {clients, wall_s, requests}, each request {sent, done, status, arrivals, dropped,
-    error}; times are seconds on this node's monotonic clock, arrivals [time, decoded event].
+    error}; times are seconds on this node's monotonic clock, arrivals [time, decoded event]. Past a budget of
+    bytes per request (256 KiB) an event is kept as its digest, {content_length, timings, error}: the length of
+    its content, not the text; its timings when the latest, its error when the first.
   type: list
   elements: dict
   returned: always

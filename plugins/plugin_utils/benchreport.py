@@ -331,9 +331,11 @@ def load_tables(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
 def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
     """Append one JSON line per measured run; earlier lines stay as they are."""
     measured = [result_line(record) for record in records if not record.get("warmup")]
+    # allow_nan=False: NaN and Infinity are not JSON; every figure was checked (perflog), this makes sure. All
+    # lines are made before any is written, so that a refused one leaves the file as it was.
+    lines = [json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in measured]
     with open(path, "a", encoding="utf-8") as handle:
-        for line in measured:
-            handle.write(json.dumps(line, sort_keys=True) + "\n")
+        handle.writelines(lines)
     return len(measured)
 
 

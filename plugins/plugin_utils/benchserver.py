@@ -6,16 +6,20 @@ same `perf` keys as a mode=run run (from the server's own `timings`), so the mai
 them as they are; each concurrency level becomes one record of mode "server-load".
 """
 
+import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.loadtest import level_summary, request_figures
-from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse_server_timings
+from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import (json_figure, not_a_number,
+                                                                            parse_server_timings)
 
 MODES = ("run", "server")
 DEFAULT_CLIENTS = (1, 2, 4)
 # Addresses a server listens on that a client on the same node reaches through the loopback.
 ANY_ADDRESS = ("", "0.0.0.0", "::", "[::]")
+# The token counts of a sequential request's answer (the load client's `usage`).
+USAGE_KEYS = ("prompt_tokens", "completion_tokens")
 # What a level record keeps of level_summary (the rest of the record is the run's meta).
 LEVEL_KEYS = ("clients", "requests", "errors", "error_samples", "tokens", "wall_s", "aggregate_tps",
               "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms")
@@ -103,9 +107,16 @@ def _base(plan: Mapping[str, Any], meta: Mapping[str, Any], mode: str) -> Dict[s
 
 
 def _ms(start: Any, end: Any) -> Optional[float]:
-    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
-        return (float(end) - float(start)) * 1000.0
+    if json_figure(start) is not None and json_figure(end) is not None:
+        return json_figure((float(end) - float(start)) * 1000.0)
     return None
+
+
+def usage_figures(usage: Any) -> Optional[Dict[str, Any]]:
+    """The token counts of an answer, each a figure or None (the server's word, checked as a log's figures are)."""
+    if not isinstance(usage, dict):
+        return None
+    return {key: json_figure(usage[key]) for key in USAGE_KEYS if key in usage}
 
 
 def sequential_records(plan: Mapping[str, Any], result: Mapping[str, Any],
@@ -119,7 +130,7 @@ def sequential_records(plan: Mapping[str, Any], result: Mapping[str, Any],
                        "perf": parse_server_timings(request.get("timings") or {}),
                        "request": {"status": request.get("status"),
                                    "wall_ms": _ms(request.get("sent"), request.get("done")),
-                                   "usage": request.get("usage"), "error": request.get("error")}})
+                                   "usage": usage_figures(request.get("usage")), "error": request.get("error")}})
         records.append(record)
     return records
 
@@ -146,5 +157,8 @@ def server_records(plan: Mapping[str, Any], result: Mapping[str, Any],
 
 
 def raw_result(result: Mapping[str, Any]) -> Dict[str, Any]:
-    """What the load test measured, as kept under raw/: its requests, without Ansible's own keys."""
-    return {"sequential": list(result.get("sequential") or []), "levels": list(result.get("levels") or [])}
+    """What the load test measured, as kept under raw/: its requests, without Ansible's own keys, and as JSON
+    can hold it: a NaN or an infinity the server sent is null, as perflog reads those in an answer."""
+    raw = {"sequential": list(result.get("sequential") or []), "levels": list(result.get("levels") or [])}
+    # json.dumps writes them as NaN/Infinity literals, which perflog's hook turns into None on the way back.
+    return json.loads(json.dumps(raw), parse_constant=not_a_number)

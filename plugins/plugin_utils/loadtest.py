@@ -9,7 +9,8 @@ import json
 import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse_server_timings
+from ansible_collections.prima.cluster.plugins.module_utils.load_client import DIGEST_KEY, delta_text
+from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import json_figure, parse_server_timings
 
 PERCENTILES = (50, 95, 99)
 Number = Optional[float]
@@ -32,16 +33,13 @@ def sse_data(lines: Iterable[str]) -> List[Any]:
     return events
 
 
-def delta_text(event: Any) -> str:
-    """The content a chat completion chunk adds ("" for role-only, final or malformed chunks)."""
-    if not isinstance(event, dict):
-        return ""
-    choices = event.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return ""
-    delta = choices[0].get("delta")
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content if isinstance(content, str) else ""
+def content_length(event: Any) -> int:
+    """The characters of content an event adds: a chunk's as the server sent it, or the load client's digest of
+    one (kept in its place once a request's events passed the client's byte budget)."""
+    if isinstance(event, dict) and DIGEST_KEY in event:
+        length = json_figure(event[DIGEST_KEY])
+        return int(length) if length and length > 0 else 0
+    return len(delta_text(event))
 
 
 def stream_figures(sent: float, arrivals: Sequence[Tuple[float, Any]]) -> Dict[str, Any]:
@@ -49,7 +47,7 @@ def stream_figures(sent: float, arrivals: Sequence[Tuple[float, Any]]) -> Dict[s
     Time to first token is the first chunk with content; inter-token latencies are the gaps between
     successive content chunks (llama-server sends one token per chunk); the server's own `timings`, when it
     sends them in the last chunk, under perflog's keys."""
-    content_times = [when for when, event in arrivals if delta_text(event)]
+    content_times = [when for when, event in arrivals if content_length(event)]
     timings = next((event for dummy, event in reversed(arrivals) if isinstance(event, dict) and "timings" in event),
                    None)
     errors = [event.get("error") for dummy, event in arrivals if isinstance(event, dict) and event.get("error")]
@@ -73,8 +71,8 @@ def request_figures(record: Mapping[str, Any]) -> Dict[str, Any]:
     sent = record.get("sent")
     arrivals = record.get("arrivals") if isinstance(record.get("arrivals"), list) else []
     pairs = [(float(item[0]), item[1]) for item in arrivals
-             if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (int, float))]
-    if not isinstance(sent, (int, float)) or isinstance(sent, bool):
+             if isinstance(item, (list, tuple)) and len(item) == 2 and json_figure(item[0]) is not None]
+    if json_figure(sent) is None:
         return {"ttft_ms": None, "itl_ms": [], "tokens": 0, "server": None,
                 "error": str(record.get("error") or "the request was never sent")}
     figures = stream_figures(float(sent), pairs)
@@ -102,6 +100,7 @@ def level_summary(clients: int, requests: Sequence[Mapping[str, Any]], wall_s: N
     good = [request for request in requests if not request.get("error")]
     itl = [gap for request in good for gap in request.get("itl_ms") or []]
     tokens = sum(int(request.get("tokens") or 0) for request in good)
+    wall_s = json_figure(wall_s)
     summary = {"clients": clients, "requests": len(requests), "errors": len(requests) - len(good),
                "tokens": tokens, "wall_s": wall_s,
                "aggregate_tps": tokens / wall_s if wall_s and wall_s > 0 and good else None,

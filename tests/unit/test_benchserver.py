@@ -230,3 +230,46 @@ def test_the_callback_collects_a_load_tests_records(tmp_path):
     assert modes == ["server", "server", "server-load", "server-load"]
     assert "### llama.cpp RPC, tiny, unshaped" in (run_dir / "report.md").read_text()
     assert os.path.exists(run_dir / "report.md")
+
+
+def refuse(literal):
+    raise AssertionError("%s is not JSON" % literal)
+
+
+def hostile_result():
+    """What a server may put in its answers: NaN, infinities, objects and booleans where figures belong."""
+    result = load_result()
+    result["sequential"][1].update(timings=dict(TIMINGS, predicted_per_second=float("nan"), prompt_ms=float("inf")),
+                                   usage={"prompt_tokens": float("nan"), "completion_tokens": {"a": [1]}})
+    result["sequential"][2]["usage"] = {"prompt_tokens": float("-inf"), "completion_tokens": True}
+    result["levels"][0]["wall_s"] = float("inf")
+    result["levels"][1]["requests"][0]["arrivals"][-1][1]["timings"] = {"predicted_per_second": float("nan")}
+    return result
+
+
+def test_nan_infinity_and_objects_from_a_server_are_no_figures_and_never_reach_the_files(tmp_path):
+    records = benchserver.server_records(PLAN, hostile_result(), META)
+    assert records[1]["perf"]["eval_tps"] is None and records[1]["perf"]["prompt_ms"] is None
+    assert records[1]["perf"]["eval_runs"] == 32
+    assert records[1]["request"]["usage"] == {"prompt_tokens": None, "completion_tokens": None}
+    assert records[2]["request"]["usage"] == {"prompt_tokens": None, "completion_tokens": None}
+    assert records[3]["wall_s"] is None and records[3]["aggregate_tps"] is None and records[3]["tokens"] == 6
+    path = tmp_path / "results.jsonl"
+    assert append_results(str(path), records) == 4
+    assert [json.loads(line, parse_constant=refuse)["mode"] for line in path.read_text().splitlines()] == [
+        "server", "server", "server-load", "server-load"]
+    action({"plan": PLAN, "result": hostile_result(), "raw_dir": str(tmp_path), "meta": META}).run(task_vars={})
+    raw = json.loads((tmp_path / "n0" / "serve-llama_rpc-tiny" / "unshaped" / "load.json").read_text(),
+                     parse_constant=refuse)
+    # Kept as measured, but as JSON can hold it: what is not a number is null.
+    assert raw["sequential"][1]["timings"]["predicted_per_second"] is None and raw["levels"][0]["wall_s"] is None
+    assert raw["sequential"][1]["timings"]["predicted_n"] == 32
+
+
+def test_results_lines_refuse_what_json_cannot_hold_and_leave_the_file_as_it_was(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"earlier": 1}\n')
+    records = benchserver.server_records(PLAN, load_result(), META)
+    with pytest.raises(ValueError):
+        append_results(str(path), records + [dict(records[1], unchecked=float("nan"))])
+    assert path.read_text() == '{"earlier": 1}\n'

@@ -2,6 +2,7 @@
 that streams chat completion chunks: timing per event, concurrency, 401, a cut stream. The real llama-server is
 loaded in the sandbox's serve tests; here only the client's own recording is checked."""
 
+import http.client
 import json
 import threading
 import time
@@ -13,6 +14,12 @@ from ansible_collections.prima.cluster.plugins.module_utils import load_client
 from ansible_collections.prima.cluster.plugins.plugin_utils import loadtest
 
 KEY = "serve-key"
+# How long a trickling answer goes on at most (a byte every 0.1 s): far past the deadlines the tests give.
+TRICKLE_S = 6.0
+# Nested past what json's decoder takes (RecursionError, not ValueError).
+NESTED = b"[" * 100000
+# Long events: each a token, each half a MiB.
+HUGE_EVENTS, HUGE_CONTENT = 30, 1 << 19
 
 
 class Streamer(BaseHTTPRequestHandler):
@@ -20,6 +27,23 @@ class Streamer(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+    def trickle(self, head):
+        """`head`, then a byte every 0.1 s, each well within any socket timeout, for TRICKLE_S at most."""
+        try:
+            self.wfile.write(head)
+            for dummy in range(int(TRICKLE_S / 0.1)):
+                time.sleep(0.1)
+                self.wfile.write(b"x")
+        except OSError:
+            pass  # the client has gone
+
+    def answer(self, payload, content_type="application/json"):
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -32,6 +56,10 @@ class Streamer(BaseHTTPRequestHandler):
             return
         if self.path == "/completion":  # llama-server's own endpoint, the non-streamed requests'
             words = body["prompt"].split()
+            if "TRICKLEBODY" in words:
+                return self.trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
+            if "NEST" in words:
+                return self.answer(NESTED)
             answer = {"content": " ".join(words), "tokens_predicted": len(words), "tokens_evaluated": 2}
             if "NOTIMINGS" not in words:
                 answer["timings"] = {"predicted_n": len(words), "predicted_per_second": 50.0}
@@ -43,12 +71,20 @@ class Streamer(BaseHTTPRequestHandler):
             self.wfile.write(payload)
             return
         words = body["messages"][0]["content"].split()
+        if "TRICKLEHEAD" in words:
+            return self.trickle(b"HTTP/1.1 200 OK\r\nX-Slow: ")
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         words = body["messages"][0]["content"].split()
         self.wfile.write(b": ping\n\n")
+        if "TRICKLELINE" in words:
+            return self.trickle(b"data: ")
+        if "NEST" in words:
+            self.wfile.write(b"data: " + NESTED + b"\n\n")
+        if "HUGE" in words:
+            words = ["x" * HUGE_CONTENT] * HUGE_EVENTS
         for word in words[:body["max_tokens"]]:
             if word == "CUT":
                 return
@@ -133,3 +169,74 @@ def test_the_events_kept_are_capped_and_the_last_one_kept(server):
     level = load_client.run_level("127.0.0.1", server, KEY, clients=2, requests_per_client=1, prompt="a b c d",
                                   max_tokens=8, timeout_s=10, max_events=2)
     assert all(len(request["arrivals"]) == 2 and request["dropped"] == 3 for request in level["requests"])
+
+
+def timed(call, *args, **kwargs):
+    started = time.monotonic()
+    return call(*args, **kwargs), time.monotonic() - started
+
+
+@pytest.mark.parametrize("prompt", ["TRICKLEHEAD", "a TRICKLELINE"])
+def test_a_streamed_request_ends_at_its_deadline_whatever_the_server_trickles(server, prompt):
+    # A byte every 0.1 s: each read is well within the socket's timeout, the answer never ends.
+    record, took = timed(load_client.one_request, "127.0.0.1", server, KEY, load_client.chat_body(prompt, 8, True), 1)
+    assert record["error"] == "no complete answer within 1 s" and 1.0 <= took < 2.0
+    assert record["done"] - record["sent"] < 2.0
+
+
+def test_a_non_streamed_request_ends_at_its_deadline_whatever_the_server_trickles(server):
+    record, took = timed(load_client.complete, "127.0.0.1", server, KEY, load_client.completion_body("TRICKLEBODY", 8),
+                         1)
+    assert record["error"] == "no complete answer within 1 s" and record["status"] == 200 and 1.0 <= took < 2.0
+
+
+def test_json_nested_too_deep_is_an_answer_not_json_and_no_client_dies(server):
+    level = load_client.run_level("127.0.0.1", server, KEY, clients=2, requests_per_client=1, prompt="NEST a b",
+                                  max_tokens=8, timeout_s=10)
+    # Every request of the level is recorded: the nested event is kept as the text it was, the tokens count.
+    assert len(level["requests"]) == 2
+    for record in level["requests"]:
+        figures = loadtest.request_figures(record)
+        assert record["error"] is None and figures["tokens"] == 3 and figures["error"] is None
+        assert record["arrivals"][0][1] == NESTED.decode()
+    record = load_client.complete("127.0.0.1", server, KEY, load_client.completion_body("NEST", 8), 10)
+    assert record["error"] == "the answer is not a JSON object: " + "[" * 300 and record["timings"] is None
+
+
+def test_any_exception_of_a_request_is_its_error(server, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("a fault of the client's own " * 20)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", broken)
+    for record in (load_client.one_request("127.0.0.1", server, KEY, load_client.chat_body("a", 4, True), 10),
+                   load_client.complete("127.0.0.1", server, KEY, load_client.completion_body("a", 4), 10)):
+        assert record["error"].startswith("RuntimeError: a fault of the client's own") and record["done"] is not None
+        assert len(record["error"]) == load_client.SHORT
+
+
+def test_long_events_are_kept_as_their_length_within_a_byte_budget(server):
+    record = load_client.one_request("127.0.0.1", server, KEY, load_client.chat_body("HUGE", 64, True), 10)
+    assert record["error"] is None and record["dropped"] == 0
+    # 30 events of half a MiB came; what goes back is the budget's worth at most, plus a few bytes per event.
+    assert len(json.dumps(record)) < HUGE_EVENTS * HUGE_CONTENT // 1000
+    assert HUGE_EVENTS * HUGE_CONTENT // 1000 < load_client.MAX_KEPT_BYTES
+    assert record["arrivals"][1][1] == {"content_length": HUGE_CONTENT}
+    figures = loadtest.request_figures(record)
+    assert figures["tokens"] == HUGE_EVENTS and len(figures["itl_ms"]) == HUGE_EVENTS - 1
+    assert figures["server"]["eval_runs"] == HUGE_EVENTS and figures["server"]["eval_tps"] == 50.0
+
+
+def test_past_the_byte_budget_events_are_digests_with_the_latest_timings_and_the_first_error():
+    kept = load_client.Arrivals(max_events=4, max_bytes=60)
+    whole = {"choices": [{"delta": {"content": "ab"}}]}
+    kept.add(1.0, whole, 40)
+    kept.add(2.0, dict(whole, timings={"predicted_n": 1}), 60)
+    kept.add(3.0, {"error": {"message": "x" * 5000}}, 5100)
+    kept.add(4.0, dict(whole, timings={"predicted_n": 2}, error="later"), 60)
+    assert [event for dummy, event in kept.items] == [
+        whole, {"content_length": 2}, {"content_length": 0, "error": json.dumps({"message": "x" * 5000})[:300]},
+        {"content_length": 2, "timings": {"predicted_n": 2}}]
+    # Past max_events the last slot takes each event; the budget counts what it held.
+    kept.add(5.0, whole, 40)
+    assert kept.items[-1] == [5.0, {"content_length": 2}] and kept.dropped == 1
+    assert kept.size == len(json.dumps(whole)) and kept.timings_at is None

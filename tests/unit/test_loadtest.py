@@ -75,3 +75,26 @@ def test_request_figures_take_the_clients_error_first():
     assert cut["error"] == "stream ended" and cut["tokens"] == 1
     assert loadtest.request_figures({"sent": None, "error": "ConnectionRefusedError: x"})["error"].startswith("Conn")
     assert loadtest.request_figures({"sent": 1.0, "arrivals": "x"})["error"] == "no content in 0 events"
+
+
+def test_the_load_clients_digests_count_as_the_chunks_they_stand_for():
+    arrivals = [[1.5, chunk("a")], [1.6, {"content_length": 7}], [1.7, {"content_length": 0}],
+                [1.8, {"content_length": 3, "timings": {"predicted_n": 2, "predicted_per_second": 40.0}}]]
+    figures = loadtest.request_figures({"sent": 1.0, "arrivals": arrivals, "error": None})
+    assert figures["tokens"] == 3 and figures["itl_ms"] == pytest.approx([100.0, 200.0])
+    assert figures["server"]["eval_tps"] == 40.0 and figures["error"] is None
+    for odd in ({"content_length": True}, {"content_length": -4}, {"content_length": float("nan")},
+                {"content_length": "7"}):
+        assert loadtest.content_length(odd) == 0
+
+
+def test_times_that_are_no_numbers_make_no_figures():
+    nan, inf = float("nan"), float("inf")
+    assert loadtest.request_figures({"sent": nan, "arrivals": [[1.5, chunk("a")]]})["ttft_ms"] is None
+    figures = loadtest.request_figures({"sent": 1.0, "arrivals": [[inf, chunk("a")], [1.5, chunk("b")]]})
+    assert figures["tokens"] == 1 and figures["ttft_ms"] == 500.0
+    ok = {"ttft_ms": 100.0, "itl_ms": [10.0], "tokens": 2, "error": None}
+    for wall_s in (nan, inf, True, "2"):
+        level = loadtest.level_summary(1, [ok], wall_s)
+        assert level["wall_s"] is None and level["aggregate_tps"] is None
+    assert json.dumps(loadtest.level_summary(1, [ok], nan), allow_nan=False)
