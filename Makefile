@@ -9,19 +9,28 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # The sandbox shaped like Glows (nodes reach each other through SSH only); inventory/sandbox.yml is the flat one.
 SANDBOX_INVENTORY ?= inventory/sandbox-mapped.yml
-SANDBOX := -i $(SANDBOX_INVENTORY)
+# A prima.cpp mirror that holds the pinned tree under another commit: PRIMA_CPP_VERSION names it (as in the tests).
+SANDBOX := -i $(SANDBOX_INVENTORY) $(if $(PRIMA_CPP_VERSION),-e prima_version=$(PRIMA_CPP_VERSION))
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox
+.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox variables
 
+# Every target, one line each (tests/unit/test_makefile.py fails on a target missing here).
 help:
 	@echo "make demo           sandbox cluster up, site.yml on it, bench.yml (prints the report), serve.yml (a curl)"
 	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
 	@echo "make unit | lint    parts of it"
 	@echo "make ready          is every node ready? (INVENTORY=inventory/glows.yml; JUnit XML in artifacts/)"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
+	@echo "                    the sandbox cluster up (fresh nodes), down, down with its caches (SANDBOX_INVENTORY)"
+	@echo "make site-sandbox | bench-sandbox | serve-sandbox"
+	@echo "                    the demo's steps one at a time: site.yml, bench.yml (-e runtime=all), serve.yml"
 	@echo "make collection     build the collection tarball prima-cluster-<version>.tar.gz into artifacts/"
+	@echo "make variables      the README's tables of variables, made again from meta/ and the roles' argument specs"
+	@echo "make venv           .venv from requirements.lock (after make host-deps)"
+	@echo "make host-deps      what the controller needs from the distribution: python3-venv, ssh, sshpass"
 	@echo "make lock           refresh requirements.lock (exact versions) from requirements.txt's ranges"
+	@echo "make help           this list"
 
 # What the controller needs from the distribution: a Python with venv, ssh, and sshpass
 # for the first (password) contact with a Glows node.
@@ -92,7 +101,13 @@ INVENTORY ?= inventory/glows.yml
 ready: venv
 	@mkdir -p artifacts
 	$(BIN)/pytest tests/readiness --hosts='ansible://all' --ansible-inventory=$(INVENTORY) \
-	  --junitxml=artifacts/readiness.xml -p no:cacheprovider -q $(PYTEST_ARGS)
+	  --junitxml=artifacts/readiness.xml -p no:cacheprovider -q \
+	  $(if $(PRIMA_CPP_VERSION),--readiness-var=prima_version=$(PRIMA_CPP_VERSION)) $(PYTEST_ARGS)
+
+# The README's tables of variables (between <!-- variables:begin --> and <!-- variables:end -->), made again from
+# meta/extra_vars.yml and every role's meta/argument_specs.yml; tests/unit/test_variables_table.py holds them equal.
+variables: venv
+	$(BIN)/python tools/variables_table.py --write README.md
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
