@@ -13,7 +13,7 @@ SANDBOX_INVENTORY ?= inventory/sandbox-mapped.yml
 SANDBOX := -i $(SANDBOX_INVENTORY) $(if $(PRIMA_CPP_VERSION),-e prima_version=$(PRIMA_CPP_VERSION))
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox variables
+.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox variables test-deps
 
 # Every target, one line each (tests/unit/test_makefile.py fails on a target missing here).
 help:
@@ -29,6 +29,7 @@ help:
 	@echo "make variables      the README's tables of variables, made again from meta/ and the roles' argument specs"
 	@echo "make venv           .venv from requirements.lock (after make host-deps)"
 	@echo "make host-deps      what the controller needs from the distribution: python3-venv, ssh, sshpass"
+	@echo "make test-deps      what the suite needs besides: an sshd binary for the transport's forwarding test"
 	@echo "make lock           refresh requirements.lock (exact versions) from requirements.txt's ranges"
 	@echo "make help           this list"
 
@@ -115,5 +116,14 @@ unit: venv
 lint: venv
 	$(BIN)/pytest tests/lint $(PYTEST_ARGS)
 
-test: venv
+# The transport's forwarding test (tests/unit/test_transport_sshd.py) starts a real sshd of its own on loopback:
+# the binary only, never the service (policy-rc.d, kept or made for the install, stops the package starting one).
+test-deps:
+	@test -x /usr/sbin/sshd || { \
+	  made_policy=; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; \
+	    chmod 755 /usr/sbin/policy-rc.d; made_policy=1; fi; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server; \
+	  rc=$$?; [ -z "$$made_policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; }
+
+test: venv test-deps
 	$(BIN)/pytest tests --durations=15 $(PYTEST_ARGS)

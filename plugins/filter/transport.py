@@ -6,11 +6,13 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (PortBases, authorized_key_line, choose,
-                                                                              forward_argv,
-                                                                              known_hosts_name, needed_ports,
-                                                                              network_problems, port_problems,
-                                                                              probe_targets, rank_links, shell_argv,
-                                                                              ssh_endpoint)
+                                                                              forward_argv, forward_endpoint,
+                                                                              forward_user_problems, known_hosts_name,
+                                                                              needed_ports, network_problems,
+                                                                              port_problems, probe_targets, rank_links,
+                                                                              shell_argv, sshd_check_argv,
+                                                                              sshd_match_block, sshd_problems,
+                                                                              sshd_settings, ssh_endpoint)
 
 
 def _bases(bases: Mapping[str, Any]) -> PortBases:
@@ -60,7 +62,7 @@ def links(needs_table: Mapping[str, Any], host: str, hostvars: Mapping[str, Any]
             for peer, ports in sorted(table.items()):
                 if not ports:
                     continue
-                endpoint = ssh_endpoint(hostvars, peer)
+                endpoint = forward_endpoint(hostvars, peer, str(options["user"]))
                 argv = forward_argv(endpoint, ports, options["key"], options["known_hosts"],
                                     int(options["alive_interval_s"]), int(options["alive_count"]))
                 # The name is a file name on the node: nothing of the host name but letters, digits, . _ -
@@ -82,6 +84,18 @@ def known_hosts(hosts: Sequence[str], host: str, hostvars: Mapping[str, Any]) ->
         raise AnsibleFilterError(str(error))
 
 
+def sshd_match(user: str) -> str:
+    try:
+        return sshd_match_block(str(user))
+    except ValueError as error:
+        raise AnsibleFilterError(str(error))
+
+
+def sshd_first(text: str, keyword: str, default: str = "") -> str:
+    """One setting of `sshd -T` output (its first value)."""
+    return (sshd_settings(str(text)).get(keyword.lower()) or [default])[0]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -93,4 +107,9 @@ class FilterModule:
             "transport_authorized_lines": authorized_lines,
             "transport_links": links,
             "transport_known_hosts": known_hosts,
+            "transport_user_problems": forward_user_problems,
+            "transport_sshd_match": sshd_match,
+            "transport_sshd_check_argv": sshd_check_argv,
+            "transport_sshd_problems": sshd_problems,
+            "transport_sshd_setting": sshd_first,
         }

@@ -125,10 +125,32 @@ def rank_links(needs: Mapping[str, Mapping[str, Sequence[int]]], bases: PortBase
 # this forced command and nothing else.
 FORCED_COMMAND = "exec sleep infinity"
 
+SSHD = "/usr/sbin/sshd"
+
+# What the peers' keys log in as: a user of its own, never root. An authorized_keys line cannot allow -L
+# without -R (`port-forwarding` grants both; `permitlisten` does not cover Unix sockets), and a -R as root
+# made the peer's sshd listen on any port, 81 included, or make a root-owned socket at any path. sshd can
+# refuse both for one user, in a Match block (sshd_match_block).
+USER_PATTERN = r"[a-z_][a-z0-9_-]{0,31}"
+
+# The forward user's sshd settings, in this order in its Match block, and as `sshd -T` prints them.
+SSHD_FORWARD_SETTINGS = (
+    ("AllowTcpForwarding", "local"),  # -L only: a -R would make the peer's sshd listen for this node
+    ("AllowStreamLocalForwarding", "no"),  # -L and -R to Unix sockets, which permitopen/permitlisten miss
+    ("PermitListen", "none"),
+    ("PermitOpen", LOOPBACK + ":*"),  # the key's permitopen narrows it to the ports it needs
+    ("X11Forwarding", "no"),
+    ("AllowAgentForwarding", "no"),
+    ("PermitTunnel", "no"),
+    ("PermitTTY", "yes"),  # the forwarder's pty: TCP_NODELAY (FORCED_COMMAND)
+    ("ForceCommand", FORCED_COMMAND),  # also where a key line lacks command=, and for subsystems (sftp)
+)
+
 
 def authorized_key_line(public_key: str, ports: Iterable[int], comment: str) -> str:
-    """An authorized_keys line that lets the key open forwards to these loopback ports, and a pty session that
-    can only sleep (for TCP_NODELAY, above), and nothing else."""
+    """The forward user's authorized_keys line for one peer's key: forwards to these loopback ports, and a pty
+    session that can only sleep (for TCP_NODELAY, above). `port-forwarding` also grants -R as far as the key
+    goes: the user's Match block (sshd_match_block) is what refuses it."""
     key = public_key.strip().split()
     if len(key) < 2 or not re.fullmatch(r"[A-Za-z0-9@.-]+", key[0]) or not re.fullmatch(r"[A-Za-z0-9+/=]+", key[1]):
         raise ValueError("not an OpenSSH public key: %r" % public_key[:60])
@@ -157,13 +179,85 @@ def ssh_endpoint(hostvars: Mapping[str, Any], peer: str) -> Dict[str, Any]:
     return {"host": str(host), "port": port, "user": str(user)}
 
 
+def forward_user_problems(user: str, hosts: Sequence[str], hostvars: Mapping[str, Any]) -> List[str]:
+    """transport_user is one user name for the whole cluster, and not a user Ansible or the serve control log
+    in as (its Match block forces a command that only sleeps)."""
+    user = str(user)
+    if not re.fullmatch(USER_PATTERN, user) or user == "root":
+        return ["transport_user %r is not a user name the forwards may log in as: give a new, unprivileged user "
+                "name (lower-case letters, digits, _ and -, not root)" % user]
+    problems = []  # type: List[str]
+    others = sorted(host for host in hosts if str(hostvars[host].get("transport_user", user)) != user)
+    if others:
+        problems.append("transport_user differs between hosts (%s): it is one user for the whole cluster; set it in "
+                        "group_vars or with -e" % ", ".join(others))
+    for host in hosts:
+        try:
+            login = ssh_endpoint(hostvars, host)["user"]
+        except ValueError:
+            continue  # the transport's own check names a bad endpoint
+        if login == user:
+            problems.append("host %s: transport_user %r is the user Ansible and the serve control log in as; the "
+                            "forwards' user may only sleep and forward, so give transport_user another name"
+                            % (host, user))
+    return problems
+
+
+def sshd_match_block(user: str) -> str:
+    """The sshd_config block that lets the forward user open -L forwards to loopback over a pty session that only
+    sleeps, and nothing else. Match values win over global ones wherever the block stands; a Match block in a
+    file that `Include` pulls in ends with that file (OpenSSH 8.2 and later), so it may sit in sshd_config.d."""
+    if not re.fullmatch(USER_PATTERN, user) or user == "root":
+        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    return "Match User %s\n%s" % (user, "".join("\t%s %s\n" % setting for setting in SSHD_FORWARD_SETTINGS))
+
+
+def sshd_check_argv(user: str) -> List[str]:
+    """`sshd -T` for a connection of the forward user: what sshd would apply, read from its files."""
+    return [SSHD, "-T", "-C", "user=%s,host=prima-cluster-peer,addr=%s" % (user, LOOPBACK)]
+
+
+def sshd_settings(text: str) -> Dict[str, List[str]]:
+    """`sshd -T` output: keyword (lower case) -> its values, one a line."""
+    settings = {}  # type: Dict[str, List[str]]
+    for line in text.splitlines():
+        keyword, _, value = line.strip().partition(" ")
+        if keyword:
+            settings.setdefault(keyword.lower(), []).append(value.strip())
+    return settings
+
+
+def sshd_problems(text: str, user: str, config: str) -> List[str]:
+    """What `sshd -T` (sshd_check_argv) says the forward user may do beyond SSHD_FORWARD_SETTINGS, and the fix."""
+    settings = sshd_settings(text)
+    problems = []  # type: List[str]
+    for keyword, wanted in SSHD_FORWARD_SETTINGS:
+        found = settings.get(keyword.lower(), [])
+        if found != [wanted]:
+            problems.append("%s %s (wanted %s)" % (keyword, " ".join(found) or "unset", wanted))
+    if not problems:
+        return []
+    return ["sshd applies to the forward user %s: %s. %s holds the right values, so either sshd_config does not "
+            "read it (add `Include %s/*.conf` at the top of /etc/ssh/sshd_config) or an earlier Match block that "
+            "matches %s sets these first (restrict it to other users)"
+            % (user, "; ".join(problems), config, config.rsplit("/", 1)[0], user)]
+
+
 def known_hosts_name(endpoint: Mapping[str, Any]) -> str:
     return endpoint["host"] if int(endpoint["port"]) == 22 else "[%s]:%d" % (endpoint["host"], int(endpoint["port"]))
 
 
+def forward_endpoint(hostvars: Mapping[str, Any], peer: str, user: str) -> Dict[str, Any]:
+    """Where a forwarder reaches a peer's sshd (ssh_endpoint), as the forward user, whoever Ansible logs in as."""
+    if not re.fullmatch(USER_PATTERN, str(user)) or user == "root":
+        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    return dict(ssh_endpoint(hostvars, peer), user=str(user))
+
+
 def forward_argv(endpoint: Mapping[str, Any], ports: Sequence[int], key: str, known_hosts: str,
                  alive_interval_s: int, alive_count: int) -> List[str]:
-    """One supervised SSH connection per peer link: every port, at the same number on both loopbacks."""
+    """One supervised SSH connection per peer link (endpoint: forward_endpoint): every port, at the same number
+    on both loopbacks."""
     # -tt: a pty session (the peer runs only its forced command) so that both ends set TCP_NODELAY.
     # AES-GCM first: with AES-NI a small message's round trip was 0.37 ms against chacha20-poly1305's 0.47 ms.
     argv = ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",

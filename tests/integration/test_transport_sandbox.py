@@ -19,7 +19,9 @@ from conftest import (ACCESS_ADDRESS, FLAT_INVENTORY, NODE_ROOT, SSH_PORTS, STAT
                       rank_processes, run_playbook, running_child, wait_for)
 
 TRANSPORT = NODE_ROOT + "/var/lib/prima-bench/transport"
-AUTHORIZED = NODE_ROOT + "/root/.ssh/authorized_keys"
+# The peers' cluster keys log in as the unprivileged forwarding user (roles/transport, transport_user), never root.
+AUTHORIZED = NODE_ROOT + "/var/lib/prima-tunnel/.ssh/authorized_keys"
+ROOT_AUTHORIZED = NODE_ROOT + "/root/.ssh/authorized_keys"
 
 
 def connects(namespace, address, port):
@@ -67,6 +69,48 @@ def test_site_picked_ssh_and_authorized_each_key_for_its_ports_only(site_runs):
     # The fan-out ran through the tunnels, and nothing of them is left running.
     assert "Forward the fan-out port to the source node" in cold.stdout
     assert rank_processes() == []
+
+
+def listening(namespace, port):
+    out = subprocess.run(["ip", "netns", "exec", "psb-" + namespace, "ss", "-Hltnx"], capture_output=True, text=True,
+                         check=False).stdout
+    return [line for line in out.splitlines() if re.search(r"[:\s]%d\s" % port, line + " ") or "/rogue" in line]
+
+
+def from_n0_with_its_cluster_key(user, *forward):
+    """ssh from n0's namespace to n1's mapped sshd with n0's cluster key, as a rogue n0 could."""
+    key = os.path.join(NODE_ROOT % "n0", "etc/prima-bench/transport/id_ed25519")
+    argv = ["ip", "netns", "exec", "psb-n0", "ssh", "-i", key, "-p", str(SSH_PORTS["n1"]), "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes",
+            "-o", "ExitOnForwardFailure=yes", "-o", "ConnectTimeout=10", "-N"] + list(forward) \
+        + ["%s@%s" % (user, ACCESS_ADDRESS)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    try:
+        out, dummy = process.communicate(timeout=8)
+    except subprocess.TimeoutExpired:
+        out = "still running after 8 s (the forward was taken)"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out
+
+
+def test_a_peers_cluster_key_cannot_listen_on_the_node_nor_log_in_as_root(site_runs):
+    """The hostile review's reproduction: n0's cluster key made n1's sshd listen on 127.0.0.1:81 with -R."""
+    for forward in (["-R", "127.0.0.1:81:127.0.0.1:22"], ["-R", "127.0.0.1:41003:127.0.0.1:22"],
+                    ["-R", "/tmp/rogue.sock:127.0.0.1:22"]):
+        code, out = from_n0_with_its_cluster_key("prima-tunnel", *forward)
+        assert code == 255 and "forwarding failed" in out, (forward, code, out)
+        assert listening("n1", 81) == [] and listening("n1", 41003) == [], forward
+        assert not os.path.exists(os.path.join(NODE_ROOT % "n1", "tmp/rogue.sock"))
+    code, out = from_n0_with_its_cluster_key("root", "-R", "127.0.0.1:81:127.0.0.1:22")
+    assert code not in (None, 0) and "Permission denied" in out, out
+    with open(os.path.join(NODE_ROOT % "n0", "etc/prima-bench/transport/id_ed25519.pub")) as handle:
+        n0_key = handle.read().split()[1]
+    with open(ROOT_AUTHORIZED % "n1") as handle:
+        assert n0_key not in handle.read(), "n0's cluster key is still authorized for root on n1"
 
 
 def test_a_tunnel_killed_mid_run_is_named_with_the_ranks_it_broke(site_runs, tmp_path):

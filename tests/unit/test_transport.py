@@ -6,9 +6,12 @@ import pytest
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import LaunchOptions, launch_plans
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (PortBases, authorized_key_line, choose,
                                                                               drop_problems, forward_argv,
+                                                                              forward_endpoint, forward_user_problems,
                                                                               known_hosts_name, needed_ports,
                                                                               network_problems, port_problems,
-                                                                              probe_targets, rank_links, ssh_endpoint)
+                                                                              probe_targets, rank_links,
+                                                                              sshd_check_argv, sshd_match_block,
+                                                                              sshd_problems, ssh_endpoint)
 
 BASES = PortBases(data=9000, signal=10000, rpc=50052, fanout=18090)
 RANKS = {"n0": 0, "n1": 1, "n2": 2}
@@ -75,8 +78,8 @@ def test_ssh_endpoint_defaults_to_the_ansible_connection_and_refuses_injection()
 
 
 def test_forward_argv_keeps_alive_exits_on_forward_failure_and_checks_the_host_key():
-    argv = forward_argv({"host": "gw", "port": 2210, "user": "root"}, [10001, 9001], "/k", "/kh", 5, 3)
-    assert argv[:2] == ["ssh", "-tt"] and argv[-1] == "root@gw"
+    argv = forward_argv({"host": "gw", "port": 2210, "user": "prima-tunnel"}, [10001, 9001], "/k", "/kh", 5, 3)
+    assert argv[:2] == ["ssh", "-tt"] and argv[-1] == "prima-tunnel@gw"
     for option in ("ExitOnForwardFailure=yes", "ServerAliveInterval=5", "ServerAliveCountMax=3",
                    "StrictHostKeyChecking=yes", "UserKnownHostsFile=/kh", "IdentityFile=/k", "BatchMode=yes"):
         assert option in argv
@@ -139,3 +142,66 @@ def test_a_limited_play_probes_among_its_own_hosts():
     assert spec["targets"] == ["10.0.0.1:9001", "10.0.0.1:10001", "10.0.0.1:18090", "10.0.0.1:50052"]
     assert spec["expect_per_port"] == {"9000": 1, "10000": 1, "18090": 1}
     assert choose("auto", ["n0"], hostvars, {})["mode"] == "direct"
+
+
+def test_the_forwards_log_in_as_the_forward_user_whoever_ansible_logs_in_as():
+    hostvars = {"n1": {"ansible_host": "gw", "ansible_port": 2211, "cluster_ssh_user": "admin"}}
+    assert forward_endpoint(hostvars, "n1", "prima-tunnel") == {"host": "gw", "port": 2211, "user": "prima-tunnel"}
+    for bad in ("root", "Prima", "a b", "x;id", "", "u" * 33):
+        with pytest.raises(ValueError, match="transport_user"):
+            forward_endpoint(hostvars, "n1", bad)
+
+
+def test_the_forward_user_is_one_new_unprivileged_user():
+    hostvars = {"n0": {}, "n1": {"ansible_user": "ubuntu"}}
+    assert forward_user_problems("prima-tunnel", ["n0", "n1"], hostvars) == []
+    assert "not root" in forward_user_problems("root", ["n0"], hostvars)[0]
+    # Its Match block forces a command that only sleeps: Ansible's own login must not be it.
+    assert forward_user_problems("ubuntu", ["n0", "n1"], hostvars) == [
+        "host n1: transport_user 'ubuntu' is the user Ansible and the serve control log in as; the forwards' user may "
+        "only sleep and forward, so give transport_user another name"]
+    split = dict(hostvars, n1={"transport_user": "other"})
+    assert forward_user_problems("prima-tunnel", ["n0", "n1"], split) == [
+        "transport_user differs between hosts (n1): it is one user for the whole cluster; set it in group_vars or "
+        "with -e"]
+
+
+def test_the_match_block_allows_local_forwards_over_a_sleeping_pty_only():
+    block = sshd_match_block("prima-tunnel")
+    lines = block.splitlines()
+    assert lines[0] == "Match User prima-tunnel" and block.endswith("\n")
+    settings = dict(line.strip().split(" ", 1) for line in lines[1:])
+    assert settings == {"AllowTcpForwarding": "local", "AllowStreamLocalForwarding": "no", "PermitListen": "none",
+                        "PermitOpen": "127.0.0.1:*", "X11Forwarding": "no", "AllowAgentForwarding": "no",
+                        "PermitTunnel": "no", "PermitTTY": "yes", "ForceCommand": "exec sleep infinity"}
+    with pytest.raises(ValueError):
+        sshd_match_block("root")
+    with pytest.raises(ValueError):
+        sshd_match_block("x\nMatch all")
+    assert sshd_check_argv("prima-tunnel") == ["/usr/sbin/sshd", "-T", "-C",
+                                               "user=prima-tunnel,host=prima-cluster-peer,addr=127.0.0.1"]
+
+
+SSHD_T = """port 22
+allowtcpforwarding local
+allowstreamlocalforwarding no
+permitlisten none
+permitopen 127.0.0.1:*
+x11forwarding no
+allowagentforwarding no
+permittunnel no
+permittty yes
+forcecommand exec sleep infinity
+pidfile /run/sshd.pid
+"""
+
+
+def test_sshd_problems_name_what_sshd_would_let_the_forward_user_do_and_the_fix():
+    assert sshd_problems(SSHD_T, "prima-tunnel", "/etc/ssh/sshd_config.d/00-prima-transport.conf") == []
+    # sshd_config without the Include (or an earlier Match of the same user): the global values apply.
+    unread = SSHD_T.replace("allowtcpforwarding local", "allowtcpforwarding yes").replace("forcecommand exec sleep "
+                                                                                          "infinity\n", "")
+    [problem] = sshd_problems(unread, "prima-tunnel", "/etc/ssh/sshd_config.d/00-prima-transport.conf")
+    assert "AllowTcpForwarding yes (wanted local); ForceCommand unset (wanted exec sleep infinity)." in problem
+    assert "add `Include /etc/ssh/sshd_config.d/*.conf` at the top of /etc/ssh/sshd_config" in problem
+    assert sshd_problems(SSHD_T + "permitopen 127.0.0.1:9000\n", "u", "/c")
