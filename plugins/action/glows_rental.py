@@ -278,10 +278,7 @@ class ActionModule(ActionBase):
                     "msg": "would release %s" % (", ".join(i.get("metaKey") for i in mine) or "nothing")}
         for instance in mine:
             try:
-                if isinstance(instance.get("instanceID"), str) and instance["instanceID"]:
-                    client.cancel(request_id=instance["instanceID"])
-                else:
-                    client.cancel(meta_key=instance["metaKey"])
+                self._cancel(client, instance, prefix)
             except GlowsError:
                 # Gone between the listing and the cancel is what release wants; anything else stays an error.
                 if client.find(instance["metaKey"]) is not None:
@@ -301,3 +298,16 @@ class ActionModule(ActionBase):
         return {"changed": bool(mine), "prefix": prefix, "released": [i.get("metaKey") for i in mine],
                 "msg": ("released %d instances under prefix %s; they cost %s" % (len(mine), prefix, spent)) if mine
                 else "nothing to release under prefix %s" % prefix}
+
+    @staticmethod
+    def _cancel(client: GlowsClient, instance: Mapping[str, Any], prefix: str) -> None:
+        """Cancel one listed instance of the rental. By its id only once a query of that id says it carries the
+        rental's key: the listing's pairing of key and id is not trusted with someone else's instance."""
+        instance_id = instance.get("instanceID")
+        if not isinstance(instance_id, str) or not instance_id:
+            client.cancel(meta_key=instance["metaKey"])
+            return
+        problem = glowsrent.cancel_problem(instance, client.query(request_id=instance_id), prefix)
+        if problem:
+            raise AnsibleActionFail(problem)
+        client.cancel(request_id=instance_id)

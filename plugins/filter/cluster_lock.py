@@ -1,5 +1,6 @@
 """Filters of the cluster_lock role; the logic is in plugin_utils/clusterlock.py. These adapters add what only
-the controller knows: its host name, the ansible-playbook process id, the clock, and whether a process runs."""
+the controller knows: its host name and machine identity, the ansible-playbook process id and start, the clock,
+and whether a process runs."""
 
 import datetime
 import multiprocessing
@@ -12,7 +13,11 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.clusterlock import (bench_bound_s, format_record, judge,
                                                                                 parse_answer, parse_record,
-                                                                                process_state)
+                                                                                process_state, same_process_space,
+                                                                                stat_start)
+
+MACHINE_ID = "/etc/machine-id"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def controller_pid() -> int:
@@ -30,10 +35,27 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def controller_process_state(pid: int) -> str:
-    """running or gone, for a pid on this controller; without /proc (macOS), whether the pid exists."""
+def process_identity(pid: int) -> Dict[str, Any]:
+    """Where pid runs and since when, as the record keeps it: this machine's identity (/etc/machine-id, else the
+    boot id: then a reboot makes another machine of it, which only costs waiting for the bound), the boot id
+    (a start is counted per boot), the pid namespace, and the process's start. What cannot be read is "" (None
+    for the start): a holder recorded so is never judged gone here."""
+    boot = (_read(BOOT_ID) or "").strip()
+    machine = (_read(MACHINE_ID) or "").strip()
+    if not machine or machine == "uninitialized":
+        machine = "boot:" + boot if boot else ""
+    try:
+        pid_ns = os.readlink("/proc/%d/ns/pid" % pid)
+    except OSError:
+        pid_ns = ""
+    return {"machine": machine, "boot": boot, "pid_ns": pid_ns, "pid_start": stat_start(_read("/proc/%d/stat" % pid))}
+
+
+def controller_process_state(pid: int, start: Optional[int] = None) -> str:
+    """running or gone, for a pid on this controller (started at start, when known); without /proc (macOS),
+    whether the pid exists."""
     if os.path.isdir("/proc/self"):
-        return process_state(_read("/proc/%d/stat" % pid), _read("/proc/%d/cmdline" % pid))
+        return process_state(_read("/proc/%d/stat" % pid), _read("/proc/%d/cmdline" % pid), start)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -48,8 +70,9 @@ def record(run_id: Any, playbook: str, bound_s: Any) -> str:
     now = datetime.datetime.now(datetime.timezone.utc)
     run_id = str(run_id or "") or "%s-%04x" % (now.strftime("%Y%m%dT%H%M%SZ"), random.randrange(65536))
     try:
-        return format_record(run_id, playbook, socket.gethostname(), controller_pid(),
-                             now.strftime("%Y-%m-%dT%H:%M:%SZ"), int(bound_s))
+        pid = controller_pid()
+        return format_record(run_id, playbook, socket.gethostname(), pid, now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                             int(bound_s), **process_identity(pid))
     except (TypeError, ValueError) as error:
         raise AnsibleFilterError("cluster_lock_record: %s (cluster_lock_bound_s must be a number of seconds)" % error)
 
@@ -64,13 +87,14 @@ def answer(stdout: str) -> Dict[str, Any]:
 
 def verdict(stdout: str, mine: str, default_bound_s: Any, break_lock: Any, lock_host: str,
             lock_path: str) -> Dict[str, Any]:
-    """taken, break or refuse (clusterlock.judge), with whether the holder's process runs here when it ran here."""
+    """taken, break or refuse (clusterlock.judge), with whether the holder's process runs here when it ran in
+    this same process space (machine, boot, pid namespace: never by host name)."""
     try:
         found = parse_answer(stdout)
         holder = parse_record(found.held)
-        here = holder.get("controller") == socket.gethostname() and holder.get("pid") is not None
-        return judge(found, mine, controller_process_state(holder["pid"]) if here else None, int(default_bound_s),
-                     bool(break_lock), lock_host, lock_path)
+        here = same_process_space(holder, process_identity(os.getpid())) and holder.get("pid") is not None
+        state = controller_process_state(holder["pid"], holder.get("pid_start")) if here else None
+        return judge(found, mine, state, int(default_bound_s), bool(break_lock), lock_host, lock_path)
     except ValueError as error:
         raise AnsibleFilterError("cluster_lock on %s (%s): %s" % (lock_host, lock_path, error))
 

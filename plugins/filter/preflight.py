@@ -5,7 +5,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (ch
                                                                               positive_int_problems, rank_env_problems,
                                                                               role_argument_specs,
                                                                               role_input_problems, runtimes_problems,
-                                                                              runtimes_selection)
+                                                                              runtimes_selection, stall_problems)
 
 
 class FilterModule:
@@ -19,6 +19,7 @@ class FilterModule:
             "positive_int_problems": positive_int_problems,
             "layer_window_problems": layer_window_problems,
             "rank_env_problems": rank_env_problems,
+            "stall_problems": stall_problems,
             "runtimes_problems": runtimes_problems,
             "runtimes_selection": runtimes_selection,
         }

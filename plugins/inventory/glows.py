@@ -128,6 +128,7 @@ from typing import Dict, Tuple
 from ansible.errors import AnsibleParserError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+from ansible.utils.unsafe_proxy import wrap_var
 
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsrent import key_index
@@ -161,6 +162,11 @@ def read_rental_prefix(path: str) -> str:
     return prefix
 
 
+def token_digest(token: str) -> str:
+    """Which account a cached listing belongs to, without the token: a digest with a purpose of its own, cut short."""
+    return hashlib.sha256(b"prima.cluster.glows inventory cache\0" + token.encode("utf-8")).hexdigest()[:16]
+
+
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     NAME = "prima.cluster.glows"
 
@@ -191,8 +197,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if not token:
             raise AnsibleParserError("the Glows inventory %s has no token: set GLOWS_SDK_TOKEN, or token: as a !vault "
                                      "string in that file" % path)
-        # The whole account's listing is cached, keyed by the API too, so other filters reuse it.
-        cache_key = "%s_%s" % (self.get_cache_key(path), hashlib.sha256(api_url.encode()).hexdigest()[:8])
+        # The whole account's listing is cached, keyed by the API and the account too (another token must not get
+        # this one's listing), so other filters reuse it. Of the token only a digest: the key names a cache file.
+        cache_key = "%s_%s_%s" % (self.get_cache_key(path), hashlib.sha256(api_url.encode()).hexdigest()[:8],
+                                  token_digest(token))
         use_cache = self.get_option("cache") and cache
         update_cache = self.get_option("cache") and not cache
         instances = None
@@ -229,7 +237,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for name, variables in hosts:
             # Added in rank order: the roles rank the hosts of `cluster` by their order in the group.
             self.inventory.add_host(name, group=GROUP)
-            variables = dict(variables, glows_api_url=api_url)
+            # Unsafe: every string here comes from the API (a remark is anyone's text), and a host variable holding
+            # "{{ ... }}" must stay text, never be templated (as community.general's inventory plugins do).
+            variables = wrap_var(dict(variables, glows_api_url=api_url))
             for key, value in variables.items():
                 self.inventory.set_variable(name, key, value)
             self._set_composite_vars(self.get_option("compose"), variables, name, strict=strict)

@@ -115,6 +115,7 @@ def rank_reports(plan: Mapping[str, Any], hostvars: Mapping[str, Any]) -> List[D
             "listen_error": (listen.get("stderr") or "failed") if listen.get("rc") not in (None, 0) else "",
             "exit": before.get("exit"), "pid": before.get("pid"), "ended": before.get("ended"),
             "left_running": bool(finish.get("left_running")),
+            "stalled": before.get("stalled"),  # launch_stall_s when the rank's watchdog stopped it
         })
     return reports
 

@@ -15,6 +15,11 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse
 # What run_record and the judging read of a plan (as the launch role's launch_plans gives it).
 PLAN_KEYS = ("name", "runtime", "model", "world", "hosts", "split")
 
+# The launcher's status for a rank its watchdog stopped (roles/launch/files/rank_watchdog.py, which holds the
+# same number and words, as do plugin_utils/serve.py and the serve supervisor; a test holds them equal).
+STALL_EXIT = 119
+STALL_WORDS = "stalled: no output and no traffic for %s"
+
 # Exit statuses of `timeout CMD` and of a shell's child: 124 is timeout's own.
 NAMED_STATUSES = {
     0: "ok",
@@ -31,9 +36,16 @@ NAMED_STATUSES = {
 }
 
 
-def exit_meaning(status: Optional[int]) -> str:
+def stall_words(stalled_s: Optional[int]) -> str:
+    """What a stalled rank did not do, and for how long (launch_stall_s, from the rank's status)."""
+    return STALL_WORDS % ("%d s" % stalled_s if stalled_s is not None else "its launch_stall_s")
+
+
+def exit_meaning(status: Optional[int], stalled_s: Optional[int] = None) -> str:
     if status is None:
         return "still running"
+    if status == STALL_EXIT:
+        return stall_words(stalled_s)
     if status in NAMED_STATUSES:
         return NAMED_STATUSES[status]
     if status > 128:
@@ -62,21 +74,22 @@ def _rank_problem(rank: Mapping[str, Any], runtime: str, head_ran: bool) -> Opti
         if not head_ran:
             return None
         if status != 0:
-            return "%s exited %s: %s" % (who, status, exit_meaning(status))
+            return "%s exited %s: %s" % (who, status, exit_meaning(status, rank.get("stalled")))
         return None
     if status is None:
         return None
     removed = runtime == "prima" and parse_prima_rank(rank.get("stderr", ""))["removed"]
     if runtime == "prima" and (status == 0 or removed):
         return None
-    return "%s exited %s during the run: %s" % (who, status, exit_meaning(status))
+    return "%s exited %s during the run: %s" % (who, status, exit_meaning(status, rank.get("stalled")))
 
 
-# Exits that follow a peer's loss rather than cause it: timeout's hang (a lost ring rank), abort
-# (llama.cpp's "Remote RPC server crashed"), SIGPIPE (a head gone). Ranks ending so are listed
-# after the others, whatever the clocks say: a wrapper notes its rank's end only once it is
-# scheduled, so on a busy node the consequence can be stamped before its cause.
-CONSEQUENCES = (124, 134, 141)
+# Exits that follow a peer's loss rather than cause it: timeout's hang (a lost ring rank), a stall
+# (the ring waiting on a dead or stalled peer goes quiet too), abort (llama.cpp's "Remote RPC server
+# crashed"), SIGPIPE (a head gone). Ranks ending so are listed after the others, whatever the clocks
+# say: a wrapper notes its rank's end only once it is scheduled, so on a busy node the consequence can
+# be stamped before its cause. Among stalls, the first to end fell quiet first.
+CONSEQUENCES = (124, STALL_EXIT, 134, 141)
 
 
 def rank_problems(runtime: str, ranks: Sequence[Mapping[str, Any]], tail_lines: int = 15) -> List[str]:

@@ -2,21 +2,31 @@
 
 The lock is a symlink on rank 0's node whose target is the holder's record, one line of JSON: the
 controller host, the ansible-playbook process id there, the run id, the playbook, its start time and
-its bound (how long that run may take at most). A symlink is made in one step with its content, so a
+its bound (how long that run may take at most); and where that process ran: the controller's machine
+identity (/etc/machine-id, else its boot id), its boot id, its pid namespace and the process's own start
+(clock ticks after boot, /proc/<pid>/stat field 22). A symlink is made in one step with its content, so a
 reader never sees a lock without its holder. The role cluster_lock takes it with a small script run
 under flock(1) on that node (take, read, replace exactly the record judged breakable, release only
 one's own record); this module formats and parses what the script says and judges a holder found there.
 
-A holder is provably gone when it ran on this same controller and its process is not running there
-(no such pid, a zombie, or the pid now belongs to a program that is not Ansible), or when its lock is
-older than its own bound. Any other holder is refused unless the user breaks the lock. Pure functions.
+A holder is provably gone when it ran in this same process space (same machine identity, same boot, same
+pid namespace: a host name is no identity, two controllers may share one) and no process with its pid and
+its start runs there (no such pid, a zombie, or the pid now belongs to a process started at another time),
+or when its lock is older than its own bound. Any other holder, a record of an earlier version without
+these fields too, is refused unless the user breaks the lock. Pure functions.
 """
 
 import dataclasses
 import json
 from typing import Any, Dict, Mapping, Optional
 
-RECORD_KEYS = ("run_id", "playbook", "controller", "pid", "started", "bound_s")
+RECORD_KEYS = ("run_id", "playbook", "controller", "pid", "started", "bound_s", "machine", "boot", "pid_ns",
+               "pid_start")
+# Where the holder's pid means something: all three equal, or its process cannot be looked for from here.
+SPACE_KEYS = ("machine", "boot", "pid_ns")
+INT_KEYS = ("pid", "bound_s", "pid_start")
+# /proc/<pid>/stat: field 22, starttime; counted from field 3, the first after the command name's ')'.
+STAT_START_INDEX = 22 - 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,11 +37,16 @@ class Answer:
     held: str
 
 
-def format_record(run_id: str, playbook: str, controller: str, pid: int, started: str, bound_s: int) -> str:
-    """The holder's record: one line of JSON in a fixed key order, readable with `readlink`."""
+def format_record(run_id: str, playbook: str, controller: str, pid: int, started: str, bound_s: int,
+                  machine: str = "", boot: str = "", pid_ns: str = "", pid_start: Optional[int] = None) -> str:
+    """The holder's record: one line of JSON in a fixed key order, readable with `readlink`. A part of the
+    process's identity that is not known is left out (its holder can then only be refused or aged)."""
     values = {"run_id": str(run_id), "playbook": str(playbook), "controller": str(controller), "pid": int(pid),
-              "started": str(started), "bound_s": int(bound_s)}
-    return json.dumps({key: values[key] for key in RECORD_KEYS}, separators=(", ", ": "))
+              "started": str(started), "bound_s": int(bound_s), "machine": str(machine or ""),
+              "boot": str(boot or ""), "pid_ns": str(pid_ns or ""),
+              "pid_start": int(pid_start) if pid_start is not None else None}
+    return json.dumps({key: values[key] for key in RECORD_KEYS if values[key] not in ("", None)},
+                      separators=(", ", ": "))
 
 
 def parse_record(text: str) -> Dict[str, Any]:
@@ -48,13 +63,35 @@ def parse_record(text: str) -> Dict[str, Any]:
     for key in RECORD_KEYS:
         if key in value:
             record[key] = value[key]
-    for key in ("pid", "bound_s"):
+    for key in INT_KEYS:
         if key in record:
             try:
                 record[key] = int(record[key])
             except (TypeError, ValueError):
                 del record[key]
+    for key in SPACE_KEYS:
+        if key in record and (not isinstance(record[key], str) or not record[key]):
+            del record[key]
     return record
+
+
+def same_process_space(holder: Mapping[str, Any], me: Mapping[str, Any]) -> bool:
+    """Whether the holder's pid can be looked for here: same machine, same boot (a pid and its start are counted
+    per boot) and same pid namespace (a container sharing the machine's identity has pids of its own). Unknown
+    counts as different: a host name alone never makes a controller this one."""
+    return all(isinstance(holder.get(key), str) and holder.get(key) and holder.get(key) == me.get(key)
+               for key in SPACE_KEYS)
+
+
+def stat_start(stat: Optional[str]) -> Optional[int]:
+    """The process's start (clock ticks after boot) from the text of /proc/<pid>/stat; None when unreadable."""
+    if stat is None:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[STAT_START_INDEX])
+    except (IndexError, ValueError):
+        return None
 
 
 def parse_answer(stdout: str) -> Answer:
@@ -70,14 +107,19 @@ def parse_answer(stdout: str) -> Answer:
     return Answer(outcome=parts[0].strip(), age_s=age_s, held=parts[2].rstrip("\n") if len(parts) > 2 else "")
 
 
-def process_state(stat: Optional[str], cmdline: Optional[str]) -> str:
+def process_state(stat: Optional[str], cmdline: Optional[str], start: Optional[int] = None) -> str:
     """running or gone, from /proc/<pid>/stat and /proc/<pid>/cmdline (None: no such file, no such pid).
-    A zombie is gone (killed, not yet reaped), and so is a pid that now runs anything but Ansible."""
+    A zombie is gone (killed, not yet reaped). With the holder's start known, a pid started at another time is
+    another process (the pid was reused), and one started then is the holder, whatever it runs; without it, a
+    pid that now runs anything but Ansible is taken for reused."""
     if stat is None:
         return "gone"
     state = stat.rsplit(")", 1)[-1].split()
     if state and state[0] in ("Z", "X"):
         return "gone"
+    if start is not None:
+        now = stat_start(stat)
+        return "gone" if now is not None and now != start else "running"
     if cmdline is not None and cmdline.strip("\0 ") and "ansible" not in cmdline:
         return "gone"
     return "running"
@@ -117,8 +159,9 @@ def judge(answer: Answer, mine: str, holder_process: Optional[str], default_boun
           lock_host: str, lock_path: str) -> Dict[str, Any]:
     """What to do with the lock found by a take (or, in check mode, a read).
 
-    mine: this run's record. holder_process: running or gone for the holder's pid when the holder ran on this
-    controller (process_state), None otherwise. Returns {action, reason, holder, message}; action is
+    mine: this run's record. holder_process: running or gone for the holder's pid when the holder ran in this
+    process space (same_process_space, process_state), None otherwise; "gone" counts only then.
+    Returns {action, reason, holder, message}; action is
     taken (this run holds it, or it is free in check mode), break (replace exactly answer.held) or refuse."""
     if answer.outcome in ("taken", "free") or (answer.outcome == "held" and answer.held == mine):
         return {"action": "taken", "reason": "", "holder": {}, "message": ""}
@@ -131,8 +174,9 @@ def judge(answer: Answer, mine: str, holder_process: Optional[str], default_boun
     reason = ""
     if break_lock:
         reason = "break_lock=true"
-    elif holder.get("controller") and holder.get("controller") == me.get("controller") and holder_process == "gone":
-        reason = "its ansible-playbook (pid %s on %s) is not running any more" % (holder.get("pid"), holder["controller"])
+    elif same_process_space(holder, me) and holder_process == "gone":
+        reason = "its ansible-playbook (pid %s on %s) is not running any more" % (
+            holder.get("pid"), holder.get("controller") or "this controller")
     elif answer.age_s is not None and answer.age_s > bound_s:
         reason = "it is %d s old, older than the %d s bound of its run" % (answer.age_s, bound_s)
     if reason:
@@ -140,8 +184,14 @@ def judge(answer: Answer, mine: str, holder_process: Optional[str], default_boun
                 "message": "%s: broke the cluster lock %s held by %s: %s"
                            % (lock_host, lock_path, described, reason)}
     playbook = holder.get("playbook") or "bench.yml or site.yml"
-    if holder.get("controller") and holder.get("controller") == me.get("controller"):
+    if same_process_space(holder, me):
         alive = "its ansible-playbook is still running here"
+    elif holder.get("controller") and not all(holder.get(key) for key in SPACE_KEYS):
+        alive = ("its record names controller %s but not which machine, boot and pid namespace (a lock of an earlier "
+                 "version), so whether it still runs cannot be told from here" % holder["controller"])
+    elif holder.get("controller") == me.get("controller"):
+        alive = ("it ran on another controller (another machine, boot or container under the same host name %s), "
+                 "so whether it still runs cannot be told from here" % holder["controller"])
     elif holder.get("controller"):
         alive = "it ran on another controller, so whether it still runs cannot be told from here"
     else:

@@ -21,6 +21,7 @@ to another host (a redirect off the API's own scheme, host and port is refused).
 #   - Statuses: only SchedQueued (pending) and Running (ready) are documented; a cancelled instance is taken to
 #     disappear from list and query.
 
+import http.client
 import json
 import re
 import socket
@@ -51,6 +52,8 @@ MAX_BODY_BYTES = 20 * 1024 * 1024
 READ_CHUNK_BYTES = 64 * 1024
 # A server's Retry-After is honoured, up to this, so a bad header cannot park a run for hours.
 MAX_RETRY_AFTER_S = 60.0
+# An SDK answer nests a few levels; far deeper is not the API, and would make any walk of it recurse too deep.
+MAX_JSON_DEPTH = 64
 # 500 000 instances at 50 a page: far beyond any account; past it the paging is broken, not long.
 MAX_PAGES = 10000
 TOKEN_FIX = "set GLOWS_SDK_TOKEN or the inventory's token to a valid SDK token"
@@ -319,6 +322,10 @@ class GlowsClient:
                 return status, self._read(response, where, deadline), retry_after
         except GlowsError:
             raise
+        except http.client.HTTPException as error:
+            # Not an OSError, so urllib lets it through: a status line, header or chunk that is not HTTP.
+            raise self._fail("%s answered something that is not HTTP (%s: %s); %s"
+                             % (where, type(error).__name__, self._short(error, 80), URL_FIX)) from None
         except urllib.error.URLError as error:
             raise self._fail("cannot reach the Glows API at %s: %s; %s"
                              % (_endpoint_text(self.api_url), self._short(error.reason), URL_FIX)) from None
@@ -365,6 +372,9 @@ class GlowsClient:
     def _decode(self, raw: bytes, status: int, where: str) -> Dict[str, Any]:
         try:
             answer = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise self._fail("%s answered HTTP %d with JSON nested deeper than Python can read: not an SDK answer; %s"
+                             % (where, status, URL_FIX), status=status) from None
         except ValueError:
             if status != 200:
                 raise self._fail("%s answered HTTP %d (%r); re-run later, or %s"
@@ -373,11 +383,30 @@ class GlowsClient:
             raise self._fail("%s answered HTTP %d with something that is not JSON (%r): %s (the SDK base is like %s)"
                              % (where, status, self._excerpt(raw), URL_FIX,
                                 DEFAULT_API_URL), status=status) from None
+        if _nested_deeper(answer, MAX_JSON_DEPTH):
+            raise self._fail("%s answered HTTP %d with JSON nested more than %d levels deep: not an SDK answer; %s"
+                             % (where, status, MAX_JSON_DEPTH, URL_FIX), status=status)
         code = answer.get("code") if isinstance(answer, dict) else None
         if isinstance(code, bool) or not isinstance(code, int):
             raise self._fail("%s answered HTTP %d with JSON that is not the SDK's {code, msg, ...}: %s"
                              % (where, status, URL_FIX), status=status)
         return answer
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether decoded JSON nests more than limit lists or objects deep. Without recursion: every later use of the
+    answer (a message quoting a value, a caller's walk) would otherwise meet the depth as a RecursionError."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 def _limit_socket_wait(response: Any, seconds: float) -> None:

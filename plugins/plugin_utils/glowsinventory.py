@@ -6,6 +6,7 @@ the inventory cache: the first contact takes it from the API itself (lookup prim
 """
 
 import copy
+import ipaddress
 import math
 import re
 import urllib.parse
@@ -14,6 +15,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsError
 
 SAFE_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# An access host as DNS spells one (RFC 1123 labels); anything else (a leading '-', '=', spaces) could reach ssh as
+# an option rather than a host.
+DNS_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*")
 MIB_PER_GIB = 1024
 
 
@@ -54,13 +58,24 @@ def ssh_access(instance: Mapping[str, Any]) -> Tuple[str, int]:
     url = _text(found[0].get("url")).strip()
     try:
         parts = urllib.parse.urlsplit(url)
-        port = parts.port or 22
+        port = parts.port if parts.port is not None else 22
     except ValueError:
         parts, port = None, 0
-    if parts is None or parts.scheme.lower() != "ssh" or not parts.hostname or not 0 < port < 65536:
-        raise GlowsError("%s has an SSH access url that is not ssh://host:port (%r): report it to Glows, or reach "
-                         "it with a static inventory" % (_label(instance), url[:120]))
+    if (parts is None or parts.scheme.lower() != "ssh" or not access_host_ok(parts.hostname or "")
+            or not 0 < port < 65536 or parts.username is not None or parts.password is not None
+            or parts.path not in ("", "/") or parts.query or parts.fragment):
+        raise GlowsError("%s has an SSH access url that is not ssh://host:port with a host name or IP address (%r): "
+                         "report it to Glows, or reach it with a static inventory" % (_label(instance), url[:120]))
     return parts.hostname, port
+
+
+def access_host_ok(host: str) -> bool:
+    """A DNS host name or an IP address, nothing else: it becomes ansible_host, which ssh is handed as it is."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(DNS_NAME.fullmatch(host))
 
 
 def host_name(instance: Mapping[str, Any]) -> str:

@@ -58,6 +58,19 @@ def owned(instances: Iterable[Mapping[str, Any]], prefix: str) -> List[Mapping[s
     return sorted(mine, key=lambda instance: key_index(prefix, instance.get("metaKey")) or 0)
 
 
+def cancel_problem(listed: Mapping[str, Any], queried: Mapping[str, Any], prefix: str) -> Optional[str]:
+    """Why the instance the listing shows must not be cancelled by its instanceID, None when it may. The listing
+    pairs a key with an id; only a query of that id says whose it is, and a cancel by id takes whatever it names."""
+    key, instance_id = listed.get("metaKey"), listed.get("instanceID")
+    if key_index(prefix, key) is None:
+        return "%s is not a key of the rental %s; not cancelled" % (key, prefix)
+    if queried.get("metaKey") != key:
+        owner = queried.get("metaKey") or "an instance with no metaKey"
+        return ("the listing pairs %s with instance %s, but the API says %s is %s; refused to cancel it (it is not "
+                "this rental's): check the Glows console" % (key, instance_id, instance_id, owner))
+    return None
+
+
 def request_problems(request: Mapping[str, Any]) -> List[str]:
     """What rent needs before it may call the API: a count, a GPU, a region, and one image or snapshot."""
     problems = []

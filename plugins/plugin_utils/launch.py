@@ -24,6 +24,28 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let a t
 # allowed: pointing a rank at its CUDA libraries and tools is what launch_rank_env is for, and it reaches only the
 # rank's process, which the inventory already names (argv[0]); the launcher's own commands never see them.
 SHELL_CONTROL_NAMES = frozenset(("IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "CDPATH", "GLOBIGNORE"))
+# launch_stall_s: above a healthy rank's longest stretch without output or traffic. prima.cpp (pinned commit)
+# prints nothing while it loads its mmap'd weights, but pages them in (read_bytes); llama.cpp prints a dot per
+# 1 % loaded; once the head runs, every rank of the ring moves bytes for every token. What stays silent is a
+# worker waiting for the head to start, seconds in bench.yml, which starts the head as soon as the workers listen.
+DEFAULT_STALL_S = 120
+# The variables behind them: the option of each, for the messages.
+STALL_OPTIONS = {"stall_s": "launch_stall_s", "server_stall_s": "launch_server_stall_s"}
+
+
+def stall_problem(value: Any, variable: str = "launch_stall_s") -> str:
+    """Why a value of launch_stall_s (or launch_server_stall_s) is refused; "" for whole seconds >= 0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # what the argument spec's int makes of 2.0
+    if isinstance(value, bool) or not re.fullmatch(r"\s*\d+\s*", str(value)):
+        return ("%s %r is not a whole number of seconds >= 0; pass -e %s=%d (0 turns the stall watchdog off)"
+                % (variable, value, variable, DEFAULT_STALL_S if variable == "launch_stall_s" else 0))
+    return ""
+
+
+def unit_stall_s(options: "LaunchOptions") -> int:
+    """The watchdog's seconds for the units of these options: a server's own, else the benchmark's."""
+    return options.server_stall_s if options.server else options.stall_s
 
 
 def shell_control_name(name: str) -> bool:
@@ -63,6 +85,10 @@ class LaunchOptions:
     server_parallel: int = 1
     # The key is read by llama-server from this file (mode 0600), never from argv: argv is in `ps` for anyone.
     server_api_key_file: str = ""
+    # The rank launcher's watchdog: no output and no traffic for this long stops a rank (0: never). A server idles
+    # between requests without a byte moving, indistinguishable from a hung one, so server units have their own.
+    stall_s: int = DEFAULT_STALL_S
+    server_stall_s: int = 0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "LaunchOptions":
@@ -87,6 +113,11 @@ class LaunchOptions:
 
 
 def _typed(name: str, kind: Any, value: Any) -> Any:
+    if name in STALL_OPTIONS:
+        problem = stall_problem(value, STALL_OPTIONS[name])
+        if problem:
+            raise ValueError(problem)
+        return int(float(value)) if isinstance(value, float) else int(str(value).strip())
     if kind in ("int", int):
         if isinstance(value, bool):
             raise ValueError("%r is not a whole number" % (value,))
@@ -198,6 +229,8 @@ class UnitContext:
     weights: str
     state_dir: str
     threads: Mapping[str, int]
+    # The catalog key: the name a server gives the model (/v1/models), so a client asks for "70b".
+    model: str = ""
 
 
 def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence[Mapping[str, int]],
@@ -220,7 +253,7 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
                 "-t", str(unit.threads[host])]
         if rank == 0 and options.server:
             argv[0] = sibling(options.prima_cli, "llama-server")
-            argv += ["-c", str(options.ctx_size)] + server_args(options)
+            argv += ["-c", str(options.ctx_size)] + server_args(options, unit.model)
             if window:
                 argv += ["-lw", ",".join(str(layers) for layers in window)]
             argv += list(options.head_extra_args)
@@ -251,10 +284,13 @@ def sibling(path: str, name: str) -> str:
     return path.rsplit("/", 1)[0] + "/" + name if "/" in path else name
 
 
-def server_args(options: LaunchOptions) -> List[str]:
-    """llama-server's own: where it listens, its slots (-np) with continuous batching, /metrics, the key file."""
+def server_args(options: LaunchOptions, model: str = "") -> List[str]:
+    """llama-server's own: where it listens, its slots (-np) with continuous batching, /metrics, the key file,
+    and the catalog key as the model's name (without --alias, /v1/models would name the weights' path)."""
     argv = ["--host", options.server_bind, "--port", str(options.server_port), "-np", str(options.server_parallel),
             "--cont-batching", "--metrics"]
+    if model:
+        argv += ["--alias", model]
     if options.server_api_key_file:
         argv += ["--api-key-file", options.server_api_key_file]
     return argv
@@ -264,7 +300,7 @@ def server_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[str]:
     """llama.cpp's llama-server over the RPC workers (or alone): requests bring their prompt and length."""
     options = unit.options
     argv = [options.llama_cpp_bin.rstrip("/") + "/llama-server", "-m", unit.weights, "-c", str(options.ctx_size),
-            "-t", str(unit.threads[host]), "-ngl", "999"] + server_args(options)
+            "-t", str(unit.threads[host]), "-ngl", "999"] + server_args(options, unit.model)
     if rpc:
         argv += ["--rpc", ",".join(rpc)]
     if options.tensor_split:
@@ -327,6 +363,7 @@ def launch_plan(runtime: str, hosts: Sequence[str], addresses: Sequence[str], me
         plan = llama_rpc_units(hosts, addresses, unit)
     for rank_unit in plan["units"].values():
         rank_unit["env"] = dict(dict(unit.options.rank_env), **rank_unit["env"])
+        rank_unit["stall_s"] = unit_stall_s(unit.options)
     plan.update({"runtime": runtime, "world": len(hosts), "hosts": list(hosts), "head": hosts[0]})
     return plan
 
@@ -360,7 +397,8 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
         for runtime in runtimes:
             name = "%s%s-%s" % ("serve-" if options.server else "", runtime, model)
             unit = UnitContext(options=options, weights=weights_path(catalog[model], options.models_dir),
-                               state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads)
+                               state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads,
+                               model=model)
             plan = launch_plan(runtime, hosts, [node["address"] for node in nodes], [node["memory"] for node in nodes],
                                catalog[model], unit)
             addresses = {node["host"]: node["address"] for node in nodes if node["host"] in plan["hosts"]}

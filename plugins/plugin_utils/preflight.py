@@ -8,7 +8,8 @@ import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import ENV_NAME, shell_control_name, window_option
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (ENV_NAME, STALL_OPTIONS, shell_control_name,
+                                                                           stall_problem, window_option)
 
 HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 # fullmatch: `$` alone would let a trailing newline through.
@@ -346,4 +347,20 @@ def rank_env_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, 
                     "a shell control variable" if len(control) == 1 else "each a shell control variable",
                     "it" if len(control) == 1 else "them")
                  for control, owners in by_control.items()]
+    return problems
+
+
+def stall_problems(hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """launch_stall_s and launch_server_stall_s of every host: whole seconds >= 0 (the argument spec's int takes
+    -5 too, and the launcher would read text as 0, no watchdog)."""
+    problems = []  # type: List[str]
+    for variable in sorted(STALL_OPTIONS.values()):
+        by_value = {}  # type: Dict[str, Tuple[Any, List[str]]]
+        for host in hosts:
+            if variable in hostvars[host]:
+                by_value.setdefault(repr(hostvars[host][variable]), (hostvars[host][variable], []))[1].append(host)
+        for value, owners in by_value.values():
+            problem = stall_problem(value, variable)
+            if problem:
+                problems.append("%s: %s" % (_hosts_label(owners), problem))
     return problems

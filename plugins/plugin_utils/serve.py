@@ -7,6 +7,7 @@ its configuration, say what an exit status means, and turn its state file into w
 """
 
 import ipaddress
+import json
 import shlex
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -17,6 +18,10 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.transport import kno
 # stops the ring, then exits 139). A stop that ends so is clean; a 139 while serving is a crash.
 PRIMA_SHUTDOWN_EXIT = 139
 CLEAN_STOP_EXITS = (0, 128 + signal.SIGTERM)
+# The launcher's status for a rank its watchdog stopped, launch_server_stall_s (roles/launch/files/rank_watchdog.py;
+# the same number and words are in plugin_utils/benchrun.py and the supervisor, a test holds them equal).
+STALL_EXIT = 119
+STALL_WORDS = "stalled: no output and no traffic for %s"
 # timeout(1)'s own statuses (the ranks run under it).
 TIMEOUT_EXITS = {124: "stopped by its time limit (timeout)", 125: "timeout(1) itself failed",
                  126: "its program could not be run", 127: "its program was not found"}
@@ -116,13 +121,18 @@ def known_hosts(hosts: Sequence[str], head: str, hostvars: Mapping[str, Any], ke
             for peer in hosts if peer != head]
 
 
-def exit_meaning(code: Optional[int], runtime: str = "", role: str = "", stopping: bool = False) -> str:
-    """What a rank's exit status says, in words (the ranks run under timeout(1), which passes a signal's 128+N)."""
+def exit_meaning(code: Optional[int], runtime: str = "", role: str = "", stopping: bool = False,
+                 stalled_s: Optional[int] = None) -> str:
+    """What a rank's exit status says, in words (the ranks run under timeout(1), which passes a signal's 128+N);
+    stalled_s: the seconds of the watchdog that stopped it, as the rank's status gives them."""
     if code is None:
         return "no exit status (still running, or never started)"
     code = int(code)
     if code == 0:
         return "exited 0"
+    if code == STALL_EXIT:
+        seconds = "%d s" % stalled_s if stalled_s is not None else "its launch_server_stall_s"
+        return "exited %d: %s" % (code, STALL_WORDS % seconds)
     if stopping and runtime == "prima" and role == "head" and code == PRIMA_SHUTDOWN_EXIT:
         return ("exited 139 (SIGSEGV) on shutdown: prima.cpp's llama-server does so on every stop at the pinned "
                 "commit, a clean stop")
@@ -147,7 +157,7 @@ def failure_text(failure: Optional[Mapping[str, Any]], runtime: str) -> str:
         return "none"
     role = str(failure.get("role", ""))
     if failure.get("exit") is not None:
-        what = exit_meaning(failure.get("exit"), runtime, role)
+        what = exit_meaning(failure.get("exit"), runtime, role, stalled_s=failure.get("stalled_s"))
     else:
         # The supervisor's message starts by naming the rank, as this line does already.
         what = str(failure.get("message") or "failed").split(": ", 1)[-1]
@@ -167,6 +177,8 @@ def status_lines(state: Mapping[str, Any], health: Optional[Mapping[str, Any]] =
     if state.get("state") in ("running", "starting", "restarting", "stopping") and not state.get("alive", True):
         what = "%s, but its supervisor (pid %s) is gone: the state is stale" % (what, state.get("pid"))
     lines = ["%s: %s (runtime %s, model %s)" % (name, what, runtime, state.get("model", "?"))]
+    if state.get("state") in ("running", "starting", "restarting"):
+        lines.append("answers (model \"%s\"): %s" % (state.get("model", "?"), openai_endpoints(runtime)))
     if state.get("error"):
         lines.append("cannot tell more: %s" % state["error"])
     if state.get("since"):
@@ -199,8 +211,22 @@ def status_lines(state: Mapping[str, Any], health: Optional[Mapping[str, Any]] =
     return lines
 
 
-def reach(hostvars: Mapping[str, Any], head: str, bind: str, port: int, local_port: int, header_file: str
-          ) -> Dict[str, str]:
+# What each runtime's llama-server answers in OpenAI's shape. prima.cpp's server (at the pinned commit) answers
+# /v1/completions in llama.cpp's native shape (content, no choices): OpenAI's clients cannot read it.
+OPENAI_ENDPOINTS = {
+    "prima": "OpenAI-style: /v1/models, /v1/chat/completions (streamed or not); /v1/completions answers in "
+             "llama.cpp's native shape (content, no choices), which OpenAI's clients cannot read",
+    "llama_rpc": "OpenAI-style: /v1/models, /v1/chat/completions and /v1/completions (streamed or not)",
+    "single": "OpenAI-style: /v1/models, /v1/chat/completions and /v1/completions (streamed or not)",
+}
+
+
+def openai_endpoints(runtime: str) -> str:
+    return OPENAI_ENDPOINTS.get(str(runtime), OPENAI_ENDPOINTS["single"])
+
+
+def reach(hostvars: Mapping[str, Any], head: str, bind: str, port: int, local_port: int, header_file: str,
+          model: str = "") -> Dict[str, str]:
     """How the controller reaches the server: an SSH tunnel to rank 0's node (its Ansible connection), and a
     curl that sends the key from a file (the key itself is never printed)."""
     values = hostvars[head]
@@ -214,7 +240,8 @@ def reach(hostvars: Mapping[str, Any], head: str, bind: str, port: int, local_po
     # As Ansible reaches the node: its host key handling included (the sandbox makes new host keys on each start).
     argv += shlex.split(str(values.get("ansible_ssh_common_args") or ""))
     argv.append("%s@%s" % (values.get("ansible_user") or "root", host))
-    body = '{"messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 32}'
+    body = json.dumps(dict({"model": model} if model else {}, messages=[
+        {"role": "user", "content": "Say hello in five words."}], max_tokens=32))
     curl = ["curl", "-sS", "-H", "@" + header_file, "-H", "Content-Type: application/json", "-d", body,
             "http://127.0.0.1:%d/v1/chat/completions" % int(local_port)]
     return {"ssh": " ".join(shlex.quote(str(arg)) for arg in argv),

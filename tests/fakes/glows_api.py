@@ -33,8 +33,9 @@ Fake only, no token (at / and under /sdk/v1): POST /_fake/faults, GET /_fake/sta
 
 Error codes (GUESS: the docs list the numbers, never their meanings): 176 bad or missing token (third-party
 report), 7 bad parameter, 10 instance not found, 17 custom_meta_key too long or already used, 88 no stock (fault
-no_stock only), 1 internal error (fault list_fail_page, a sandbox failure). Other GUESSES here: a cancelled
-instance disappears and its meta key can be used again; both request_id and meta_key at once is a bad
+no_stock only), 1 internal error (fault list_fail_page, a sandbox failure). Fault list_instance_ids
+({metaKey: instanceID}) makes the listing pair those keys with other ids (a lying listing; query stays true).
+Other GUESSES here: a cancelled instance disappears and its meta key can be used again; both request_id and meta_key at once is a bad
 parameter; a meta key with a control character is a bad parameter; list pages start at 1, per_page is 1..100
 (default 20); while SchedQueued priceCent and the hardware figures are 0 (as in the docs' create sample) and the
 access urls are "".
@@ -376,7 +377,7 @@ class FakeGlows:
         self.gone: Dict[str, threading.Event] = {}  # set once a cancel has finished destroying
         self.faults: Dict[str, Any] = {"rate_limit_next": 0, "error_next": None, "schedule_s": float(schedule_s),
                                        "no_ssh_access": False, "price_cent": int(price_cent), "list_fail_page": None,
-                                       "no_stock": False}
+                                       "no_stock": False, "list_instance_ids": {}}
         self.figures = host_figures()
         self.backend: Optional[SandboxBackend] = None
         if sandbox:
@@ -518,8 +519,11 @@ class FakeGlows:
             for record in self.instances.values():
                 self._refresh(record)
             ordered = [self.instances[key]["public"] for key in self.order]
-            chunk = ordered[(page - 1) * per_page:page * per_page]
-            return {"instances": json.loads(json.dumps(chunk)), "total": len(ordered)}
+            chunk = json.loads(json.dumps(ordered[(page - 1) * per_page:page * per_page]))
+            # A listing that lies: the instanceID shown for a metaKey is another instance's (query is truthful).
+            for public in chunk:
+                public["instanceID"] = self.faults["list_instance_ids"].get(public["metaKey"], public["instanceID"])
+            return {"instances": chunk, "total": len(ordered)}
 
     def count(self, params: Dict[str, str]) -> Dict[str, Any]:
         with self.lock:
@@ -756,6 +760,10 @@ class FakeGlows:
                     if not _is_int(value) or value < 0:
                         raise ApiError(ERR_PARAM, "price_cent is cents")
                     new[key] = value
+                elif key == "list_instance_ids":
+                    if not isinstance(value, dict) or not all(_is_text(k) and _is_text(v) for k, v in value.items()):
+                        raise ApiError(ERR_PARAM, "list_instance_ids is {metaKey: instanceID}")
+                    new[key] = dict(value)
                 elif key == "list_fail_page":
                     if value is not None and (not _is_int(value) or value < 1):
                         raise ApiError(ERR_PARAM, "list_fail_page is a page number or null")

@@ -49,12 +49,18 @@ class PlaybookRun:
             self.stdout = handle.read()
         # What debug tasks said, unwrapped (stdout wraps long lines): serve.yml's tunnel and curl, say.
         self.messages = []  # type: List[str]
+        # What failed tasks said, unwrapped.
+        self.failure_messages = []  # type: List[str]
         for event in runner.events:
             result = (event.get("event_data") or {}).get("res")
-            if event.get("event") in ("runner_on_ok", "runner_item_on_ok") and isinstance(result, dict) \
-                    and "msg" in result:
+            if event.get("event") in ("runner_on_ok", "runner_item_on_ok", "runner_on_failed") \
+                    and isinstance(result, dict) and "msg" in result:
                 message = result["msg"]
-                self.messages += [str(line) for line in message] if isinstance(message, list) else [str(message)]
+                lines = [str(line) for line in message] if isinstance(message, list) else [str(message)]
+                if event.get("event") == "runner_on_failed":
+                    self.failure_messages += lines
+                else:
+                    self.messages += lines
 
     def count(self, kind: str) -> Dict[str, int]:
         return dict(self.stats.get(kind, {}))
@@ -195,9 +201,13 @@ def planted_lock(run_id, playbook="bench.yml", bound_s=86400, controller=None):
 
     The holder is a sleep under the name ansible-playbook, so that no test holds the cluster for longer than its
     own run."""
+    from ansible_collections.prima.cluster.plugins.filter.cluster_lock import process_identity
+
     holder = subprocess.Popen(["ansible-playbook", "900"], executable="sleep")
-    record = json.dumps({"run_id": run_id, "playbook": playbook, "controller": controller or socket.gethostname(),
-                         "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s})
+    # Where the holder runs, as the role records it (machine, boot, pid namespace, start): judged live, not gone.
+    record = json.dumps(dict({"run_id": run_id, "playbook": playbook, "controller": controller or socket.gethostname(),
+                              "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s},
+                             **process_identity(holder.pid)))
     try:
         assert not os.path.lexists(LOCK), "a lock was left on n0: %s" % os.readlink(LOCK)
         os.symlink(record, LOCK)

@@ -139,3 +139,38 @@ def test_a_head_log_cut_at_exit_is_told_from_a_failed_head():
     assert not log_was_cut([rank(0, "head", 1, cut)], record)
     whole = fixture("benchlog", "prima-c_world3_lw332-rank0.stderr")
     assert not log_was_cut([rank(0, "head", 0, whole)], run_record(plan, [rank(0, "head", 0, whole)], whole, {}))
+
+
+def test_a_stalled_rank_is_named_with_its_silence_and_listed_with_the_consequences():
+    """119: the launcher's watchdog stopped the rank (no output and no traffic for launch_stall_s). A ring
+    waiting on a dead or stalled peer falls quiet too, so a stall is listed after a rank that ended on its own
+    account, and the first to stall before the others."""
+    assert exit_meaning(119, 120) == "stalled: no output and no traffic for 120 s"
+    assert exit_meaning(119) == "stalled: no output and no traffic for its launch_stall_s"
+    ranks = [rank(0, "head", 119, "llama_perf_context_print: load time", ended=20.0, stalled=120),
+             rank(1, "worker", 119, "", ended=14.0, stalled=120),
+             rank(2, "worker", 139, "Segmentation fault", ended=16.0)]
+    problems = rank_problems("prima", ranks)
+    assert [problem.split(":")[0] for problem in problems] == [
+        "rank 2 (n2, prima worker) exited 139 during the run", "rank 1 (n1, prima worker) exited 119 during the run",
+        "rank 0 (n0, prima head) exited 119"]
+    assert problems[1].startswith("rank 1 (n1, prima worker) exited 119 during the run: stalled: no output and no "
+                                  "traffic for 120 s\n  (its stderr is empty)")
+    assert problems[2].startswith("rank 0 (n0, prima head) exited 119: stalled: no output and no traffic for 120 s")
+
+
+def test_the_stall_reaches_the_judgement_from_the_ranks_finish():
+    """What rank.sh's `finish` printed (its status before the stop) carries the watchdog's seconds."""
+    import json
+
+    from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import rank_reports
+
+    plan = {"hosts": ["n0", "n1"], "units": {"n0": {"rank": 0, "role": "head"}, "n1": {"rank": 1, "role": "worker"}}}
+    before = {"n0": {"running": False, "pid": 5, "exit": 119, "ended": 3.0, "stalled": 120},
+              "n1": {"running": False, "pid": 6, "exit": 0, "ended": 4.0, "stalled": None}}
+    hostvars = {host: {"bench_finish": {"stdout": json.dumps({"before": status, "left_running": False})}}
+                for host, status in before.items()}
+    reports = rank_reports(plan, hostvars)
+    assert [report["stalled"] for report in reports] == [120, None]
+    [problem] = rank_problems("prima", reports)
+    assert problem.startswith("rank 0 (n0, prima head) exited 119: stalled: no output and no traffic for 120 s")

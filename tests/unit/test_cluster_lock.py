@@ -14,13 +14,17 @@ import yaml
 from ansible_collections.prima.cluster.plugins.filter import cluster_lock as lock_filters
 from ansible_collections.prima.cluster.plugins.plugin_utils.clusterlock import (Answer, bench_bound_s, format_record,
                                                                                 judge, parse_answer, parse_record,
-                                                                                process_state)
+                                                                                process_state, stat_start)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST, PATH = "n0", "/var/lib/prima-bench/bench.lock"
-MINE = format_record("site-2", "site.yml", "ctl", 200, "2026-01-01T10:00:00Z", 172800)
-OTHER = format_record("first-1", "bench.yml", "ctl", 100, "2026-01-01T09:00:00Z", 3600)
-ELSEWHERE = format_record("first-1", "bench.yml", "laptop", 100, "2026-01-01T09:00:00Z", 3600)
+# Where a process runs: machine identity, boot, pid namespace.
+SPACE = {"machine": "0123456789abcdef0123456789abcdef", "boot": "b0075e1d-0000-4000-8000-000000000001",
+         "pid_ns": "pid:[4026531836]"}
+MINE = format_record("site-2", "site.yml", "ctl", 200, "2026-01-01T10:00:00Z", 172800, pid_start=900, **SPACE)
+OTHER = format_record("first-1", "bench.yml", "ctl", 100, "2026-01-01T09:00:00Z", 3600, pid_start=800, **SPACE)
+ELSEWHERE = format_record("first-1", "bench.yml", "laptop", 100, "2026-01-01T09:00:00Z", 3600, pid_start=800,
+                          machine="fedcba9876543210fedcba9876543210", boot=SPACE["boot"], pid_ns=SPACE["pid_ns"])
 
 
 def held(record, age_s=10):
@@ -29,9 +33,11 @@ def held(record, age_s=10):
 
 def test_the_record_is_one_line_of_json_naming_the_holder():
     assert "\n" not in MINE
-    assert json.loads(MINE) == {"run_id": "site-2", "playbook": "site.yml", "controller": "ctl", "pid": 200,
-                                "started": "2026-01-01T10:00:00Z", "bound_s": 172800}
+    assert json.loads(MINE) == dict({"run_id": "site-2", "playbook": "site.yml", "controller": "ctl", "pid": 200,
+                                     "started": "2026-01-01T10:00:00Z", "bound_s": 172800, "pid_start": 900}, **SPACE)
     assert parse_record(MINE) == json.loads(MINE)
+    # What is not known of the process is left out, so such a record reads as one from an unknown place.
+    assert "machine" not in format_record("r", "site.yml", "ctl", 1, "t", 5, machine="", pid_start=None)
 
 
 def test_a_lock_of_an_earlier_version_is_its_run_id_alone():
@@ -119,34 +125,83 @@ def test_the_filter_records_this_controller_and_the_ansible_playbook_process():
     assert record["pid"] == os.getpid() and record["controller"] and record["bound_s"] == 3600
     assert record["run_id"].endswith("Z-" + record["run_id"][-4:]) and record["started"].endswith("Z")
     assert json.loads(lock_filters.record("bench-1", "bench.yml", 5))["run_id"] == "bench-1"
+    # Where and since when the process runs: what tells it from a namesake controller and from a reused pid.
+    with open("/proc/sys/kernel/random/boot_id") as handle:
+        assert record["boot"] == handle.read().strip()
+    assert record["machine"] and record["pid_ns"] == os.readlink("/proc/self/ns/pid")
+    with open("/proc/self/stat") as handle:
+        assert record["pid_start"] == int(handle.read().rsplit(")", 1)[1].split()[19])
 
 
-def test_the_filter_probes_the_holders_process_when_it_ran_on_this_controller():
+def test_the_start_is_field_22_of_proc_stat():
+    assert stat_start("4242 (a) b) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 999 1") == 123456
+    assert stat_start(None) is None and stat_start("4242 (x) S 1") is None
+
+
+@pytest.mark.parametrize("stat, start, state", [
+    ("4242 (python3) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 800 1 1", 800, "running"),
+    ("4242 (python3) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 801 1 1", 800, "gone"),  # the pid was reused
+    ("4242 (python3) Z 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 800 1 1", 800, "gone"),
+    (None, 800, "gone"),
+])
+def test_with_its_start_known_the_holder_is_its_pid_and_its_start(stat, start, state):
+    # The command line no longer decides: the holder is whatever runs with its pid since its start.
+    assert process_state(stat, "sleep\0600\0", start) == state
+
+
+def test_a_holder_of_the_same_host_name_on_another_machine_is_never_gone():
+    """Two controllers named alike: the other's pid means nothing here, whatever runs under it on this machine."""
+    namesake = format_record("first-1", "bench.yml", "ctl", 4242, "2026-01-01T09:00:00Z", 3600, pid_start=800,
+                             **dict(SPACE, machine="fedcba9876543210fedcba9876543210"))
+    for other in (namesake, format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800,
+                                          **dict(SPACE, pid_ns="pid:[4026532000]")),  # a container
+                  format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800,
+                                **dict(SPACE, boot="b0075e1d-0000-4000-8000-000000000002"))):  # a clone, or rebooted
+        verdict = judge(held(other, 10), MINE, "gone", 172800, False, HOST, PATH)
+        assert verdict["action"] == "refuse", verdict
+        assert "same host name ctl" in verdict["message"] and "not running any more" not in verdict["message"]
+    assert judge(held(namesake, 3601), MINE, "gone", 172800, False, HOST, PATH)["action"] == "break"  # by age
+
+
+def test_a_record_of_the_earlier_format_is_never_gone_by_its_host_name():
+    """controller and pid but no machine, boot or pid namespace: refused, or broken by age, as before."""
+    earlier = json.dumps({"run_id": "first-1", "playbook": "bench.yml", "controller": "ctl", "pid": 4242,
+                          "started": "2026-01-01T09:00:00Z", "bound_s": 3600})
+    verdict = judge(held(earlier, 10), MINE, "gone", 172800, False, HOST, PATH)
+    assert verdict["action"] == "refuse" and "a lock of an earlier version" in verdict["message"], verdict
+    assert judge(held(earlier, 3601), MINE, "gone", 172800, False, HOST, PATH)["action"] == "break"
+    assert judge(held(earlier, 1), MINE, None, 172800, True, HOST, PATH)["action"] == "break"
+
+
+def test_the_filter_probes_the_holders_process_when_it_ran_in_this_process_space():
     here = lock_filters.socket.gethostname()
-    mine = format_record("site-2", "site.yml", here, os.getpid(), "2026-01-01T10:00:00Z", 172800)
+    mine = format_record("site-2", "site.yml", here, os.getpid(), "2026-01-01T10:00:00Z", 172800,
+                         **lock_filters.process_identity(os.getpid()))
     dead = subprocess.Popen(["true"])
+    dead_identity = lock_filters.process_identity(dead.pid)
     dead.wait()
-    # A process named like ansible-playbook (argv[0]) stands for a running holder; sleep alone for a reused pid.
     alive = subprocess.Popen(["ansible-playbook", "30"], executable="sleep")
-    reused = subprocess.Popen(["sleep", "30"])
-    # Popen may return before the kernel shows the new program's command line (empty, so unknown: running).
-    for process in (alive, reused):
-        deadline = time.monotonic() + 5
-        while not lock_filters._read("/proc/%d/cmdline" % process.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
     try:
-        def action(pid):
-            holder = format_record("old-1", "site.yml", here, pid, "2026-01-01T09:00:00Z", 172800)
+        def action(pid, identity, **changed):
+            fields = dict(identity, **changed)
+            holder = format_record("old-1", "site.yml", here, pid, "2026-01-01T09:00:00Z", 172800, **fields)
             return lock_filters.verdict("held\n5\n%s\n" % holder, mine, 100, False, HOST, PATH)["action"]
 
-        assert action(dead.pid) == "break"
-        assert action(reused.pid) == "break"
-        assert action(alive.pid) == "refuse"
+        alive_identity = lock_filters.process_identity(alive.pid)
+        assert alive_identity["pid_start"] is not None and dead_identity["pid_start"] is not None
+        assert action(dead.pid, dead_identity) == "break"
+        assert action(alive.pid, alive_identity) == "refuse"
+        # Its pid, another process: reused.
+        assert action(alive.pid, alive_identity, pid_start=alive_identity["pid_start"] + 1) == "break"
+        # A dead pid, but recorded by a namesake controller (another machine): never judged here.
+        assert action(dead.pid, dead_identity, machine="another-machine") == "refuse"
+        # A record of the earlier format, this host name and a dead pid: not gone on the host name alone.
+        earlier = json.dumps({"run_id": "old-1", "playbook": "site.yml", "controller": here, "pid": dead.pid,
+                              "started": "2026-01-01T09:00:00Z", "bound_s": 172800})
+        assert lock_filters.verdict("held\n5\n%s\n" % earlier, mine, 100, False, HOST, PATH)["action"] == "refuse"
     finally:
         alive.kill()
-        reused.kill()
         alive.wait()
-        reused.wait()
 
 
 # The role's script, run as the role runs it (sh -c SCRIPT cluster_lock OP LOCK RECORD REPLACE WAIT).

@@ -198,3 +198,110 @@ def test_a_rental_takes_only_its_own_keys_not_those_of_a_longer_prefix(tmp_path,
     # meta_key_prefix stays a plain "starts with" filter, as documented.
     data = listing(inventory(tmp_path, fake, env={"GLOWS_RENTAL_FILE": str(rental), "GLOWS_META_KEY_PREFIX": "rent-a-"}))
     assert data["cluster"]["hosts"] == ["rent-a-0", "rent-a-1", "rent-a-1-0", "rent-a-x"]
+
+
+def adhoc(tmp_path, fake, *args, config="", env=None):
+    """An ad-hoc ansible run of the inventory; debug runs on the controller, so no node is reached."""
+    path = tmp_path / "x.glows.yml"
+    path.write_text("plugin: prima.cluster.glows\n" + config)
+    environment = dict(os.environ, GLOWS_API_URL=fake.url, GLOWS_SDK_TOKEN=TOKEN, ANSIBLE_NOCOLOR="1",
+                       GLOWS_RENTAL_FILE=str(tmp_path / "no-rental.json"),
+                       ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    environment.pop("GLOWS_META_KEY_PREFIX", None)
+    environment.update(env or {})
+    return subprocess.run([os.path.join(BIN, "ansible"), "-i", str(path), "cluster"] + list(args), cwd=REPO,
+                          env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          timeout=120, check=False)
+
+
+def test_api_strings_in_host_variables_are_never_templated(tmp_path, fake):
+    """A remark (any API string) holding a template is data: using the variable gives the text, not its result.
+    ansible-core 2.19 leaves a plugin's strings untrusted by itself; on 2.18 (still supported) this failed before
+    the plugin wrapped them (msg '1337')."""
+    marker = tmp_path / "templated"
+    remark = "{{ 7 * 191 }}{{ lookup('ansible.builtin.pipe', 'touch %s') }}" % marker
+    rent(fake, "u-0", remark=remark)
+    run = adhoc(tmp_path, fake, "-m", "ansible.builtin.debug", "-a", "msg={{ glows_remark }}")
+    assert run.returncode == 0, run.stdout
+    assert "1337" not in run.stdout and not marker.exists(), run.stdout
+    assert "{{ 7 * 191 }}" in run.stdout, run.stdout
+
+
+def with_ssh_url(url, **extra):
+    value = {"instanceID": "ins-evil", "metaKey": "evil-0", "status": "Running",
+             "accesses": [{"protocol": "ssh", "listenPort": 22, "url": url}]}
+    value.update(extra)
+    return value
+
+
+@pytest.mark.parametrize("url", ["ssh://-oproxycommand=touch${IFS}x:22", "ssh://-oProxyCommand=x", "ssh://a b:22",
+                                 "ssh://a%20b:22", "ssh://a;b:22", "ssh://a_b.example:22", "ssh://-a.example:22",
+                                 "ssh://a..b:22", "ssh://user@a.example:22", "ssh://a.example:22/x",
+                                 "ssh://a.example:22?x=1", "ssh://a.example:0", "ssh://a.example:65536",
+                                 "ssh://" + "a" * 64 + ".example:22"])
+def test_an_ssh_access_host_that_is_no_host_name_or_address_is_refused(url):
+    with pytest.raises(glowsinventory.GlowsError, match="ins-evil .*not ssh://host:port with a host name or IP"):
+        glowsinventory.ssh_access(with_ssh_url(url))
+
+
+@pytest.mark.parametrize("url, access", [("ssh://tw-03.access.glows.ai:23001", ("tw-03.access.glows.ai", 23001)),
+                                         ("ssh://10.77.0.3:23000", ("10.77.0.3", 23000)),
+                                         ("ssh://[2001:db8::1]:2222", ("2001:db8::1", 2222)),
+                                         ("ssh://a.example/", ("a.example", 22))])
+def test_an_ssh_access_host_name_or_address_is_taken(url, access):
+    assert glowsinventory.ssh_access(with_ssh_url(url)) == access
+
+
+def test_every_api_string_set_as_a_host_var_is_wrapped_unsafe(monkeypatch):
+    """On ansible-core 2.18 a plain string from an inventory plugin is templated where it is used (2.19 leaves it
+    untrusted by itself): the plugin must hand every one to wrap_var, as community.general's plugins do."""
+    from ansible.plugins.loader import inventory_loader
+
+    class Unsafe(str):
+        pass
+
+    def mark(value):
+        if isinstance(value, dict):
+            return {mark(key): mark(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [mark(item) for item in value]
+        return Unsafe(value) if isinstance(value, str) else value
+
+    class Recorder:
+        def __init__(self):
+            self.variables = {}
+
+        def add_group(self, name):
+            pass
+
+        def add_host(self, name, group=None):
+            pass
+
+        def set_variable(self, host, key, value):
+            self.variables[key] = value
+
+    module = inventory_loader.get("prima.cluster.glows")
+    monkeypatch.setattr(sys.modules[type(module).__module__], "wrap_var", mark)
+    module.set_options(direct={"plugin": "prima.cluster.glows", "token": "t"})
+    module.inventory = Recorder()
+    hosts = glowsinventory.inventory_hosts([with_ssh_url("ssh://a.example:1", remark="{{ 7 * 191 }}",
+                                                         hardware={"gpuName": "{{ x }}"}, regionName="TW-03")])
+    module._populate(hosts, "http://127.0.0.1:1/sdk/v1")
+    strings = {key: value for key, value in module.inventory.variables.items() if isinstance(value, str)}
+    assert strings["glows_remark"] == "{{ 7 * 191 }}" and "glows_api_url" in strings
+    assert all(isinstance(value, Unsafe) for value in strings.values()), strings
+
+
+def test_the_cache_belongs_to_one_token(tmp_path, fake):
+    """A second account (another token) must not be served the first one's cached listing; and the cache never
+    holds the token, not even in a file name."""
+    rent(fake, "t-0")
+    cache = tmp_path / "cache"
+    config = ("cache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\ncache_timeout: 600\n"
+              % cache)
+    assert listing(inventory(tmp_path, fake, config))["cluster"]["hosts"] == ["t-0"]
+    other = inventory(tmp_path, fake, config, env={"GLOWS_SDK_TOKEN": "another-account-token"})
+    assert other.returncode != 0 and "refused the token" in other.stderr, other.stdout
+    for path in glob.glob(str(cache / "*")):
+        assert TOKEN not in path and TOKEN not in open(path).read()
+        assert "another-account-token" not in path and "another-account-token" not in open(path).read()

@@ -32,11 +32,23 @@ def playbook(server, tmp_path, name, token=TOKEN, *args):
                ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     argv = [os.path.join(BIN, "ansible-playbook"), "-i", "localhost,", "playbooks/%s.yml" % name,
             "-e", "glows_rental_poll_s=0.2", "-e", "glows_rental_backoff_s=0.05"] + list(args)
+    # Each -e as typed JSON, as the playbooks' first play asks (a key=value -e is text, and loses words to spaces).
+    argv = [typed(word) if before == "-e" else word for before, word in zip([""] + argv, argv)]
     run = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=300, check=False)
     # The console wraps long messages: compare with runs of white space made one space.
     run.said = " ".join(run.stdout.split())
     return run
+
+
+def typed(assignment):
+    """-e NAME=VALUE as JSON: VALUE a number or true/false when it reads as one, else text."""
+    key, value = assignment.split("=", 1)
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return json.dumps({key: parsed if isinstance(parsed, (int, float, bool)) else value})
 
 
 def recap_changed(out):
@@ -160,3 +172,25 @@ def test_the_rental_file_is_guarded(fake, tmp_path):
     garbage = playbook(fake, tmp_path, "glows-release", TOKEN)
     assert garbage.returncode != 0 and "is not a rental record" in garbage.said, garbage.stdout
     assert keys(fake) == ["prima-g-0"]
+
+
+def test_release_cancels_no_instance_a_lying_listing_pairs_with_the_rentals_key(fake, tmp_path):
+    """A listing that pairs prima-victim-0 with another instance's id: release queries that id, sees the key is not
+    the rental's, and refuses naming both, instead of cancelling the other instance by its id."""
+    other = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU,
+                     "-e", "prefix=production-db", "-e", "glows_rental_file=%s" % (tmp_path / "other.json"))
+    assert other.returncode == 0, other.stdout
+    rent = playbook(fake, tmp_path, "glows-rent", TOKEN, "-e", "count=1", "-e", "gpu=" + GPU,
+                    "-e", "prefix=prima-victim")
+    assert rent.returncode == 0, rent.stdout
+    ids = {i["metaKey"]: i["instanceID"] for i in state(fake)["instances"]}
+    production = ids["production-db-0"]
+    # Swapped, so the listing still names each id once.
+    post_faults(fake, list_instance_ids={"prima-victim-0": production, "production-db-0": ids["prima-victim-0"]})
+
+    release = playbook(fake, tmp_path, "glows-release", TOKEN, "-e", "glows_rental_wait_timeout_s=2")
+    assert release.returncode != 0, release.stdout
+    assert ("the listing pairs prima-victim-0 with instance %s, but the API says %s is production-db-0"
+            % (production, production)) in release.said, release.stdout
+    assert keys(fake) == ["prima-victim-0", "production-db-0"]
+    assert (tmp_path / "rental.json").exists()

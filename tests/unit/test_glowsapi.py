@@ -418,3 +418,44 @@ def test_the_token_is_scrubbed_anywhere_and_url_encoded_before_any_shortening():
             answers.pop(0)
             text = str(raised.value)
             assert "<token>" in text and not any(form[:4] in text for form in forms), text
+
+
+def raw_answer(data):
+    """A responder that writes these bytes as the whole answer, HTTP or not."""
+    def respond(handler):
+        handler.close_connection = True
+        handler.wfile.write(data)
+    return respond
+
+
+def http_200(body):
+    return b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+BROKEN_ANSWERS = {
+    "nested far past the recursion limit": (http_200(b"[" * 100000 + b"]" * 100000), "nested deeper"),
+    "a deep value in the envelope": (http_200(b'{"code":0,"msg":"","count":' + b"[" * 100000 + b"]" * 100000 + b"}"),
+                                     "nested deeper"),
+    "deep, but within the recursion limit": (http_200(b'{"code":0,"msg":' + b"[" * 900 + b"]" * 900 + b"}"),
+                                             "nested more than 64 levels"),
+    "not a status line": (b"garbage\r\n\r\n", "not HTTP (BadStatusLine"),
+    "a header line too long": (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", "not HTTP (LineTooLong"),
+    "too many headers": (b"HTTP/1.1 200 OK\r\n" + b"X: a\r\n" * 200 + b"\r\n", "not HTTP (HTTPException"),
+    "a broken chunk": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not HTTP (IncompleteRead"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_ANSWERS))
+def test_every_failure_of_a_call_is_a_one_line_glows_error(name):
+    """Deep JSON raised RecursionError, and http.client's own errors are no OSError: both escaped as themselves."""
+    data, needle = BROKEN_ANSWERS[name]
+    with answering(raw_answer(data)) as url:
+        for call in (lambda glows: glows.count(), lambda glows: glows.list_all(),
+                     lambda glows: glows.query(request_id="ins-x"), lambda glows: glows.find("k-0")):
+            try:
+                call(client(url, retries=0, timeout_s=5))
+            except GlowsError as error:
+                assert needle in str(error) and "/sdk/v1/instance" in str(error), (name, str(error))
+                assert_one_line_without_token(error)
+            else:
+                raise AssertionError("%s: no error" % name)

@@ -128,3 +128,16 @@ def test_answers_of_the_wrong_shape_are_no_crash():
     assert glowsrent.plan([odd], "prima-a", REQUEST)["problems"] == []
     assert glowsrent.spent_text([odd], now=10).startswith("unknown")
     assert not glowsrent.progress([odd], ["prima-a-0"], 1)["ready"]
+
+
+def test_a_listed_instance_is_cancelled_by_id_only_when_its_query_carries_the_key():
+    listed = {"metaKey": "prima-victim-0", "instanceID": "ins-production-db"}
+    assert glowsrent.cancel_problem(listed, {"metaKey": "prima-victim-0", "instanceID": "ins-production-db"},
+                                    "prima-victim") is None
+    problem = glowsrent.cancel_problem(listed, {"metaKey": "production-db-0", "instanceID": "ins-production-db"},
+                                       "prima-victim")
+    assert problem is not None and "prima-victim-0" in problem and "ins-production-db" in problem
+    assert "production-db-0" in problem and "\n" not in problem
+    assert "no metaKey" in glowsrent.cancel_problem(listed, {"instanceID": "ins-production-db"}, "prima-victim")
+    assert glowsrent.cancel_problem({"metaKey": "other-0", "instanceID": "ins-1"}, {"metaKey": "other-0"},
+                                    "prima-victim") is not None

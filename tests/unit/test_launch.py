@@ -1,5 +1,6 @@
 """The launch plan (who runs what, with which arguments) and the rendered units."""
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (GIB, 
                                                                            weights_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WATCHDOG = os.path.join(ROOT, "roles", "launch", "files", "rank_watchdog.py")
 TINY = {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8 * 1000}]}
 SPLIT = {"n_layer": 80, "files": [{"name": "m-00002-of-00002.gguf", "size": 1},
                                   {"name": "m-00001-of-00002.gguf", "size": 1}]}
@@ -199,7 +201,7 @@ def render(template, unit, **extra):
     env.filters.update({"prima.cluster." + name: function for name, function in FilterModule().filters().items()})
     values = {"unit": unit, "launch_script": "/etc/prima-bench/%s.sh" % unit["name"], "launch_timeout_s": 30,
               "launch_stop_grace_s": 2, "ansible_managed": "test", "launch_systemd": False,
-              "launch_unit_name": "prima-bench-%s.service" % unit["name"]}
+              "launch_unit_name": "prima-bench-%s.service" % unit["name"], "launch_watchdog": WATCHDOG}
     values.update(extra)
     return env.get_template(template).render(**values)
 
@@ -222,10 +224,10 @@ def test_systemd_unit_renders_and_verifies(tmp_path):
     assert verify.returncode == 0, verify.stderr
 
 
-def launcher(tmp_path, argv, listen=(), timeout_s=30, env=None, model="tiny", name="t"):
+def launcher(tmp_path, argv, listen=(), timeout_s=30, env=None, model="tiny", name="t", stall_s=0):
     unit = {"name": name, "runtime": "single", "role": "head", "rank": 0, "world": 1, "model": model, "argv": argv,
             "env": env if env is not None else {"LLAMA_CACHE": str(tmp_path / "cache")}, "listen": list(listen),
-            "state_dir": str(tmp_path / "state")}
+            "state_dir": str(tmp_path / "state"), "stall_s": stall_s}
     script = tmp_path / ("%s.sh" % name)
     script.write_text(render("rank.sh.j2", unit, launch_script=str(script), launch_timeout_s=timeout_s))
     script.chmod(0o755)
@@ -260,7 +262,7 @@ def test_launcher_finish_packs_the_run(tmp_path):
     assert sh(script, "run").returncode == 0
     finished = json.loads(sh(script, "finish").stdout)
     assert finished == {"before": {"running": False, "pid": finished["before"]["pid"], "exit": 0,
-                                   "ended": finished["before"]["ended"]}, "left_running": False}
+                                   "ended": finished["before"]["ended"], "stalled": None}, "left_running": False}
     assert abs(finished["before"]["ended"] - time.time()) < 30
     with tarfile.open(str(state / "run.tar")) as tar:
         assert sorted(tar.getnames()) == ["command.txt", "ended", "exit", "launcher.sh", "stderr", "stdout", "wall_s"]
@@ -500,3 +502,203 @@ def test_a_rank_without_environment_runs(tmp_path):
     """An empty rank_env is an empty array under `set -u` (bash before 4.4 calls that unbound)."""
     script, state = launcher(tmp_path, ["sh", "-c", "echo hi"], env={})
     assert sh(script, "run").returncode == 0 and (state / "stdout").read_text() == "hi\n"
+
+
+# ---- the stall watchdog (roles/launch/files/rank_watchdog.py, started by rank.sh beside its rank)
+
+
+def load_watchdog():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rank_watchdog", WATCHDOG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+wd = load_watchdog()
+
+
+def test_the_stall_status_and_words_are_one_definition():
+    """The watchdog, the launcher and the bench's judging say the same (the serve side: test_serve_supervisor)."""
+    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun
+
+    assert wd.STALL_EXIT == benchrun.STALL_EXIT == 119
+    assert wd.STALL_WORDS == benchrun.STALL_WORDS
+    assert wd.stall_words(3) == benchrun.exit_meaning(119, 3) == "stalled: no output and no traffic for 3 s"
+    with open(os.path.join(ROOT, "templates", "launch", "rank.sh.j2")) as template:
+        assert "\nstall_exit=%d " % wd.STALL_EXIT in template.read()
+    assert wd.STALL_EXIT not in (0, 1, 124, 125, 126, 127) and not 128 < wd.STALL_EXIT < 128 + 65
+
+
+def test_the_watchdog_reads_proc_as_the_kernel_writes_it():
+    stat = "4242 (llama (cli) x) T 17 4242 4242 0 -1 4194560 10 0 0 0 250 31 0 0 20 0 9 0 123456 1 2 3"
+    assert wd.parse_stat(4242, stat) == wd.Process(4242, 17, "T", "123456", "llama (cli) x", 281)
+    assert wd.parse_stat(1, "1 (short) S 0") is None
+    io = "rchar: 10\nwchar: 20\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
+    assert wd.parse_io(io) == (10, 20, 4096, 0)
+    tree = [wd.Process(pid, ppid, "S", "1", "x", 0) for pid, ppid in [(10, 1), (11, 10), (12, 11), (13, 1), (14, 12)]]
+    assert sorted(wd.descendants(10, tree)) == [10, 11, 12, 14]
+
+
+def test_what_counts_as_traffic():
+    quiet = wd.Sample((10, 20), (1, 2, 3, 4), {7: 100, 8: 0}, None)
+    assert not wd.moved(quiet, quiet)
+    assert wd.moved(quiet, quiet._replace(outputs=(10, 21)))  # a dot of llama.cpp's load
+    assert wd.moved(quiet, quiet._replace(io=(1, 2, 4099, 4)))  # weights paged in from the mmap
+    assert wd.moved(quiet, quiet._replace(sockets={7: 101, 8: 0}))  # a token through the ring
+    assert wd.moved(quiet, quiet._replace(sockets={7: 100, 8: 0, 9: 5}))  # a new connection that carried bytes
+    # A ZeroMQ peer redialling a dead rank: sockets come and go, empty, and one that closed took its bytes along.
+    assert not wd.moved(quiet, quiet._replace(sockets={8: 0, 9: 0}))
+    assert wd.moved(quiet._replace(cpu=5), quiet._replace(cpu=6))  # no sock_diag: CPU time stands in
+
+
+def test_socket_bytes_come_from_the_kernel_by_inode():
+    """send(2) and recv(2) count in no /proc/PID/io counter: the watchdog reads them from tcp_info."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        with socket.create_connection(server.getsockname()) as client:
+            peer, dummy = server.accept()
+            with peer:
+                before = wd.tcp_bytes()
+                client.sendall(b"x" * 5000)
+                assert len(peer.recv(10000)) > 0
+                time.sleep(0.1)
+                after = wd.tcp_bytes()
+                inodes = (os.fstat(client.fileno()).st_ino, os.fstat(peer.fileno()).st_ino)
+                assert all(after[inode] >= before.get(inode, 0) + 1 for inode in inodes)
+                assert after[inodes[0]] - before.get(inodes[0], 0) >= 5000
+                assert wd.socket_inodes(os.getpid()) >= set(inodes)
+
+
+def gone(pid):
+    """No such process, or a zombie: the rank's parent `timeout` was killed with it, so whoever reaps orphans
+    here reaps it (or not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def running_with(text):
+    """Pids of processes whose command line holds `text` (a state directory is unique to its test)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as cmdline:
+                if entry.isdigit() and text.encode() in cmdline.read() and not gone(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+STALLS = {
+    # prints, then SIGSTOP: SIGTERM would wait for a SIGCONT, the watchdog's SIGKILL does not
+    "stopped": "import os, signal, sys; print('loaded', flush=True); open(sys.argv[1], 'w').write(str(os.getpid()));"
+               " os.kill(os.getpid(), signal.SIGSTOP)",
+    # blocked for good, as in a recv from a peer behind a cut network
+    "silent": "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STALLS))
+def test_a_rank_quiet_for_stall_s_is_killed_and_the_cause_recorded(tmp_path, kind):
+    pid_file = tmp_path / "program.pid"
+    script, state = launcher(tmp_path, [sys.executable, "-c", STALLS[kind], str(pid_file)], stall_s=3)
+    began = time.monotonic()
+    done = sh(script, "run")
+    took = time.monotonic() - began
+    assert done.returncode == 119, (done.stderr, (state / "watchdog.log").read_text())
+    assert 3 <= took < 3 + 3 + 4  # stall_s, then at most one poll (min(5, stall_s)), and some slack
+    assert (state / "exit").read_text() == "119\n"
+    lines = (state / "stalled").read_text().splitlines()
+    assert lines[0] == "3" and lines[1].startswith("stalled: no output and no traffic for 3 s; quiet for ")
+    if kind == "stopped":
+        assert "stopped" in lines[1]
+    status = json.loads(sh(script, "status").stdout)
+    assert status["exit"] == 119 and status["stalled"] == 3 and status["running"] is False
+    assert gone(int(pid_file.read_text()))
+    assert running_with(str(state)) == []  # the rank, its timeout and the watchdog: all gone
+    finished = json.loads(sh(script, "finish").stdout)
+    assert finished["before"]["stalled"] == 3 and not finished["left_running"]
+    import tarfile
+
+    with tarfile.open(str(state / "run.tar")) as tar:
+        assert "stalled" in tar.getnames()
+
+
+BUSY = {
+    # a line every second: a slow load that says where it is
+    "prints": "import time\nfor n in range(7):\n    print('.', end='', flush=True)\n    time.sleep(1)\n",
+    # reads a file slowly and says nothing: weights paged in
+    "reads": "import os, time\nfd = os.open(__import__('sys').executable, os.O_RDONLY)\nfor n in range(7):\n"
+             "    os.read(fd, 4096)\n    time.sleep(1)\n",
+    # only TCP traffic, which /proc/PID/io does not count: a worker busy with the ring
+    "sockets": "import socket, time\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen(1)\n"
+               "client = socket.create_connection(server.getsockname())\npeer = server.accept()[0]\n"
+               "for n in range(7):\n    client.send(b'x' * 100)\n    peer.recv(100)\n    time.sleep(1)\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BUSY))
+def test_a_rank_busy_within_the_window_is_left_alone(tmp_path, kind):
+    script, state = launcher(tmp_path, [sys.executable, "-c", BUSY[kind]], stall_s=3)
+    done = sh(script, "run")
+    assert done.returncode == 0, ((state / "stalled").read_text() if (state / "stalled").exists() else "",
+                                  (state / "stderr").read_text(), (state / "watchdog.log").read_text())
+    assert not (state / "stalled").exists() and (state / "watchdog.log").read_text() == ""
+    assert json.loads(sh(script, "status").stdout)["stalled"] is None
+    assert running_with(str(state)) == []
+
+
+def test_no_watchdog_with_stall_s_0_and_none_left_after_a_stop(tmp_path):
+    script, state = launcher(tmp_path, ["sleep", "300"])
+    assert "stall_s=0 " in open(script).read()
+    assert sh(script, "start").returncode == 0
+    time.sleep(0.5)
+    assert [pid for pid in running_with(str(state)) if "rank_watchdog" in open("/proc/%d/cmdline" % pid).read()] == []
+    assert sh(script, "stop").returncode == 0
+    script, state = launcher(tmp_path, ["sleep", "300"], stall_s=60, name="u")
+    assert sh(script, "start").returncode == 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(
+            "rank_watchdog" in open("/proc/%d/cmdline" % pid).read() for pid in running_with(str(state))):
+        time.sleep(0.1)
+    assert any("rank_watchdog" in open("/proc/%d/cmdline" % pid).read() for pid in running_with(str(state)))
+    assert sh(script, "stop").returncode == 0
+    time.sleep(0.3)
+    assert running_with(str(state)) == []
+    assert (state / "exit").read_text() == "143\n" and not (state / "stalled").exists()
+
+
+def test_the_plan_gives_each_unit_its_stall_watchdog():
+    assert {unit["stall_s"] for unit in plan_for("prima", 3)["units"].values()} == {120}
+    assert {unit["stall_s"] for unit in plan_for("llama_rpc", 2, stall_s="30")["units"].values()} == {30}
+    # A served ring idles between requests without a byte moving: no watchdog unless asked for.
+    served = launch_plans(nodes(2), ["prima"], ["tiny"], {"tiny": TINY}, options(server=True))["serve-prima-tiny"]
+    assert {unit["stall_s"] for unit in served["units"].values()} == {0}
+    served = launch_plans(nodes(2), ["prima"], ["tiny"], {"tiny": TINY},
+                          options(server=True, server_stall_s="600"))["serve-prima-tiny"]
+    assert {unit["stall_s"] for unit in served["units"].values()} == {600}
+    assert options(stall_s=0).stall_s == 0 and options(stall_s=2.0).stall_s == 2
+
+
+@pytest.mark.parametrize("value", [-1, "-5", "two minutes", True, 1.5, None, ""])
+def test_a_stall_that_is_not_whole_seconds_is_refused_by_the_plan_and_the_preflight(value):
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import stall_problems
+
+    with pytest.raises(ValueError, match="launch option stall_s: launch_stall_s .* is not a whole number of seconds"):
+        options(stall_s=value)
+    hostvars = {"n0": {"launch_stall_s": value}, "n1": {"launch_stall_s": value, "launch_server_stall_s": 5},
+                "n2": {}}
+    assert stall_problems(["n0", "n1", "n2"], hostvars) == [
+        "hosts n0, n1: launch_stall_s %r is not a whole number of seconds >= 0; pass -e launch_stall_s=120 (0 turns "
+        "the stall watchdog off)" % (value,)]
+    assert stall_problems(["n0"], {"n0": {"launch_server_stall_s": "-1"}})[0].startswith(
+        "host n0: launch_server_stall_s '-1' is not a whole number")
+    assert stall_problems(["n0"], {"n0": {"launch_stall_s": "0", "launch_server_stall_s": 600}}) == []

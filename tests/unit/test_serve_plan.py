@@ -1,5 +1,6 @@
 """serve.yml's plans and words: the server units' argv, the supervisor's configuration, exit statuses, status."""
 
+import json
 import shlex
 
 import pytest
@@ -52,6 +53,21 @@ def test_prima_server_is_llama_server_beside_llama_cli_with_the_ring_arguments()
     assert 8080 in plan["units"]["n0"]["listen"]
 
 
+@pytest.mark.parametrize("runtime", ["llama_rpc", "prima", "single"])
+def test_every_server_names_the_model_by_its_catalog_key(runtime):
+    head = server_plan(runtime)["units"]["n0"]["argv"]
+    assert head[head.index("--alias") + 1] == "tiny"
+
+
+def test_the_printed_curl_asks_for_the_model_by_its_key_and_the_endpoints_are_said_per_runtime():
+    reached = serve.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/h", "70b")
+    body = shlex.split(reached["curl"])[shlex.split(reached["curl"]).index("-d") + 1]
+    assert json.loads(body)["model"] == "70b"
+    assert "native shape" in serve.openai_endpoints("prima") and "native" not in serve.openai_endpoints("llama_rpc")
+    lines = serve.status_lines({"name": "serve-prima-70b", "state": "running", "runtime": "prima", "model": "70b"})
+    assert lines[1].startswith('answers (model "70b"): OpenAI-style: /v1/models')
+
+
 def test_single_server_and_bench_units_keep_their_names():
     assert server_plan("single")["units"]["n0"]["argv"][0].endswith("/llama-server")
     bench = launch_plans(nodes(2), ["single"], ["tiny"], {"tiny": TINY}, options())
@@ -99,6 +115,7 @@ def test_peer_units_are_the_workers_only():
     (139, True, "llama_rpc", "crashed (SIGSEGV)"),
     (124, False, "prima", "time limit"),
     (1, False, "prima", "exited 1 (an error of the program)"),
+    (119, False, "prima", "exited 119: stalled: no output and no traffic for its launch_server_stall_s"),
 ])
 def test_exit_meaning(code, stopping, runtime, words):
     assert words in serve.exit_meaning(code, runtime, "head", stopping)
@@ -160,3 +177,11 @@ def test_settings_problems_name_the_variable(name, value, words):
 
 def test_reach_keeps_an_ipv6_address_in_brackets_for_ssh():
     assert shlex.split(serve.reach(HOSTVARS, "n0", "::1", 8080, 18080, "h")["ssh"])[3] == "18080:[::1]:8080"
+
+
+def test_a_stalled_rank_reads_as_the_launchers_watchdog_said():
+    failure = {"rank": 1, "host": "n1", "role": "worker", "exit": 119, "stalled_s": 300, "at": "2026-12-03T10:00:00Z",
+               "message": "rank 1 (worker on n1): exited with status 119: stalled: no output and no traffic for 300 s"}
+    assert serve.failure_text(failure, "prima") == ("rank 1 on n1 (worker): exited 119: stalled: no output and no "
+                                                    "traffic for 300 s, at 2026-12-03T10:00:00Z")
+    assert {unit["stall_s"] for unit in server_plan("prima")["units"].values()} == {0}  # idle is not a stall

@@ -2,6 +2,7 @@
 (templates/serve/peer.sh.j2): the small decisions as pure functions, then a real ring on localhost whose ranks are
 rendered launcher scripts (templates/launch/rank.sh.j2), the workers reached through the real peer script."""
 
+import http.server
 import importlib.util
 import json
 import os
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import jinja2
@@ -100,7 +102,7 @@ def test_failures_count_restarts_until_the_ring_has_failed():
                                 "running")
     assert failure == {"rank": 1, "host": "n1", "role": "worker", "exit": 137, "stderr_tail": ["bye"],
                        "at": "2024-01-01T00:00:03Z", "generation": 1, "phase": "running",
-                       "message": "rank 1 (worker on n1): exited with status 137"}
+                       "message": "rank 1 (worker on n1): exited with status 137", "stalled_s": None}
     restarting = sv.failure_recorded(state, failure, 5, 120, 1704067203.0)
     assert (restarting["state"], restarting["restarts"], restarting["since"]) == ("restarting", 1, None)
     assert restarting["next_start"] == "2024-01-01T00:00:08Z" and restarting["last_failure"] == failure
@@ -152,6 +154,36 @@ def test_status_command_survives_a_missing_or_corrupt_state_file(tmp_path):
     assert status()["state"] == "unknown" and "not JSON" in status()["error"]
     state.write_text(json.dumps({"state": "running", "pid": os.getpid()}))
     assert status() == {"state": "running", "pid": os.getpid(), "alive": False}  # pytest is no supervisor
+
+
+def test_a_pid_of_another_units_supervisor_is_not_this_units_and_is_never_stopped(tmp_path):
+    """A reused pid may be another unit's supervisor: its argv names serve_supervisor.py but another config."""
+    mine, other = tmp_path / "mine" / "config.json", tmp_path / "other" / "config.json"
+    for path in (mine, other):
+        path.parent.mkdir()
+        path.write_text(json.dumps(base_config(state_file=str(path.parent / "state.json"),
+                                               pid_file=str(path.parent / "supervisor.pid"))))
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "/opt/prima/serve_supervisor.py", "run"]
+    others = subprocess.Popen(sleeper + [str(other)])
+    relative = subprocess.Popen(sleeper + ["config.json"], cwd=str(mine.parent))  # as started by hand
+    try:
+        for process in (others, relative):
+            deadline = time.monotonic() + 5
+            while b"serve_supervisor" not in open("/proc/%d/cmdline" % process.pid, "rb").read():
+                assert time.monotonic() < deadline, "the sleeper never showed its command line"
+                time.sleep(0.01)
+        assert sv.supervisor_alive(others.pid, str(other)) and not sv.supervisor_alive(others.pid, str(mine))
+        assert sv.supervisor_alive(relative.pid, str(mine)) and not sv.supervisor_alive(relative.pid, str(other))
+        assert not sv.supervisor_alive(os.getpid(), str(mine))
+        (mine.parent / "supervisor.pid").write_text("%d\n" % others.pid)
+        done = subprocess.run([sys.executable, SUPERVISOR, "stop", str(mine)], capture_output=True, text=True,
+                              timeout=30, check=False)
+        assert done.returncode == 0 and json.loads(done.stdout)["alive"] is False, (done.stdout, done.stderr)
+        assert others.poll() is None, "stop of one unit SIGTERMed another unit's supervisor"
+    finally:
+        for process in (others, relative):
+            process.kill()
+            process.wait()
 
 
 # ---- the peers' forced command
@@ -251,7 +283,7 @@ def sh(*argv):
 class Ring:
     """Three ranks on this machine: the head local, ranks 1 and 2 each behind its own peer script (a node each)."""
 
-    def __init__(self, tmp_path, head_ready_after=1.0, **overrides):
+    def __init__(self, tmp_path, head_ready_after=1.0, stall_s=None, **overrides):
         self.tmp = tmp_path
         (tmp_path / "head.py").write_text(HEAD_PROGRAM)
         (tmp_path / "worker.py").write_text(WORKER_PROGRAM)
@@ -263,7 +295,7 @@ class Ring:
             unit = {"name": "%s-rank%d" % (UNIT, number), "runtime": "llama_rpc", "model": "tiny",
                     "role": "head" if number == 0 else "worker", "rank": number, "world": 3,
                     "argv": [sys.executable] + program, "env": {}, "listen": [port],
-                    "state_dir": str(tmp_path / ("rank%d" % number))}
+                    "state_dir": str(tmp_path / ("rank%d" % number)), "stall_s": (stall_s or {}).get(number, 0)}
             script = tmp_path / ("%s-rank%d.sh" % (UNIT, number))
             script.write_text(render("rank.sh.j2", unit, launch_script=str(script), launch_timeout_s=300))
             script.chmod(0o755)
@@ -500,3 +532,131 @@ def test_a_ring_that_served_for_stable_s_gets_its_restarts_back():
     assert sv.failure_recorded(state, failure, 5, 120, 1704067200.0, 10, 600)["state"] == "failed"
     again = sv.failure_recorded(state, failure, 5, 120, 1704067200.0, 601, 600)
     assert (again["state"], again["restarts"]) == ("restarting", 1)
+
+
+# ---- /health within its deadline, whatever the head sends
+
+TRICKLE_S = 6.0  # how long a trickling head goes on at most: far past the deadlines given here
+
+
+class Trickler(http.server.BaseHTTPRequestHandler):
+    """A head whose /health answer never ends: a status line, then a header a byte every 0.1 s."""
+
+    def do_GET(self):
+        try:
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+            for dummy in range(int(TRICKLE_S / 0.1)):
+                time.sleep(0.1)
+                self.wfile.write(b"x")
+        except OSError:
+            pass  # the supervisor has gone
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def trickling_health():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d/health" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_health_probe_ends_at_its_deadline_whatever_the_head_trickles(trickling_health):
+    started = time.monotonic()
+    assert sv.probe_health(trickling_health, 1.0) == (None, "no complete answer within 1 s")
+    assert 1.0 <= time.monotonic() - started < 2.0
+    assert sv.probe_health("http://127.0.0.1:%d/health" % free_port(), 1.0)[0] is None  # refused: no answer
+
+
+def test_sigterm_while_the_head_trickles_its_health_ends_the_wait(trickling_health, monkeypatch, tmp_path):
+    monkeypatch.setattr(sv, "HEALTH_TRY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(sv, "HEAD_STATUS_EVERY_S", 60.0)  # no rank to ask: only the probe and the signal count
+    supervisor = sv.Supervisor(sv.check_config(base_config(health_url=trickling_health,
+                                                           state_file=str(tmp_path / "s.json"))))
+    threading.Timer(0.2, supervisor.request_stop, (signal.SIGTERM, None)).start()
+    started = time.monotonic()
+    with pytest.raises(sv.StopRequested):
+        supervisor.await_health(supervisor.ranks[0])
+    # The probe under way ends at its deadline (1 s), the next check of the signal follows its pause (0.5 s).
+    assert time.monotonic() - started < 1.0 + sv.HEALTH_POLL_S + 0.5
+
+
+def test_a_health_answer_nested_too_deep_is_not_ok():
+    assert not sv.health_ok(200, "[" * 100000) and not sv.health_ok(200, '{"status": ' * 100000)
+
+
+def test_the_health_probes_watchdog_is_the_load_clients():
+    """One rule, one definition: the supervisor stands alone on the node, so it holds a copy, held equal here."""
+    def class_text(path, name):
+        with open(path) as handle:
+            text = handle.read()
+        start = text.index("\nclass %s:" % name)
+        return text[start:text.index("\n\n\n", start)]
+
+    client = os.path.join(ROOT, "plugins", "module_utils", "load_client.py")
+    assert class_text(SUPERVISOR, "Watchdog") == class_text(client, "Watchdog")
+
+
+# ---- a rank that stalls (the launcher's watchdog, roles/launch/files/rank_watchdog.py)
+
+
+def test_the_stall_words_are_the_controllers():
+    """The supervisor stands alone on its node: its copy of the stall status and words is held to serve.py's (and
+    the bench's and the watchdog's, which writes them)."""
+    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun, serve
+    from test_launch import wd
+
+    assert sv.STALL_EXIT == serve.STALL_EXIT == benchrun.STALL_EXIT == wd.STALL_EXIT == 119
+    assert sv.STALL_WORDS == serve.STALL_WORDS == benchrun.STALL_WORDS == wd.STALL_WORDS
+    line = '{"running": false, "pid": 12, "exit": 119, "ended": 1.5, "stalled": 120}'
+    assert sv.watch_outcome(json.loads(line), 0, "ssh") == (
+        119, "exited with status 119: stalled: no output and no traffic for 120 s")
+    assert sv.status_stalled(json.loads(line)) == 120 and sv.status_stalled({"stalled": None}) is None
+    assert serve.exit_meaning(119, "prima", "worker", stalled_s=120) == \
+        "exited 119: stalled: no output and no traffic for 120 s"
+    judged = sv.judge_stop(rank(1), True, "", json.loads(line), [0, 143])
+    assert not judged["clean"] and judged["note"] == "exited with status 119: stalled: no output and no traffic " \
+                                                     "for 120 s"
+
+
+HEARTBEAT_WORKER = r'''
+import socket, sys, time
+listener = socket.socket()
+listener.bind(("127.0.0.1", int(sys.argv[1])))
+listener.listen()
+print("worker ready on port %s" % sys.argv[1], file=sys.stderr, flush=True)
+while True:
+    print("tick", flush=True)
+    time.sleep(0.5)
+'''
+
+
+def test_a_stalled_worker_is_a_failure_with_its_cause(ring, tmp_path):
+    """SIGSTOP on a worker that was printing: its watchdog kills it after stall_s, rank.sh records 119 and the
+    seconds, the supervisor's watch names the cause, and the ring is handled as for any dead rank."""
+    up = ring(restarts=0, stall_s={1: 3})
+    (tmp_path / "worker.py").write_text(HEARTBEAT_WORKER)
+    up.start()
+    up.wait_state(lambda s: s["state"] == "running")
+    worker = up.program_pid(1)
+    os.kill(worker, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    assert up.process.wait(timeout=20) == 1, up.log.read_text()
+    assert time.monotonic() - stopped_at < 3 + 3 + 6  # stall_s, one poll, the supervisor's watch and stop
+    state = up.state()
+    failure = state["last_failure"]
+    assert (state["state"], failure["rank"], failure["host"], failure["exit"], failure["stalled_s"]) == \
+        ("failed", 1, "n1", 119, 3)
+    assert failure["message"] == "rank 1 (worker on n1): exited with status 119: stalled: no output and no traffic " \
+                                 "for 3 s"
+    assert (up.state_dirs[1] / "stalled").read_text().startswith("3\nstalled: no output and no traffic for 3 s")
+    from ansible_collections.prima.cluster.plugins.plugin_utils import serve
+
+    assert serve.failure_text(failure, "llama_rpc").startswith(
+        "rank 1 on n1 (worker): exited 119: stalled: no output and no traffic for 3 s, at ")
+    assert up.nothing_running() and gone(worker)

@@ -22,14 +22,14 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 PROGRAM = "serve_supervisor.py"
@@ -74,8 +74,17 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def exit_meaning(exit_code: int) -> str:
-    """' (SIGKILL)' for 137: a shell's and `timeout`'s way of telling that the process died of a signal."""
+# rank.sh's status for a rank its watchdog stopped (launch_server_stall_s; roles/launch/files/rank_watchdog.py).
+# The controller's copy is plugin_utils/serve.py; a test holds the two equal.
+STALL_EXIT = 119
+STALL_WORDS = "stalled: no output and no traffic for %s"
+
+
+def exit_meaning(exit_code: int, stalled_s: Optional[int] = None) -> str:
+    """' (SIGKILL)' for 137: a shell's and `timeout`'s way of telling that the process died of a signal; for
+    STALL_EXIT, the watchdog's words with its seconds (the `stalled` of the rank's status)."""
+    if exit_code == STALL_EXIT:
+        return ": " + STALL_WORDS % ("%d s" % stalled_s if stalled_s is not None else "its launch_stall_s")
     if 128 < exit_code < 128 + 65:
         try:
             return " (%s)" % signal.Signals(exit_code - 128).name
@@ -182,6 +191,12 @@ def status_exit(status: Optional[Dict[str, Any]]) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def status_stalled(status: Optional[Dict[str, Any]]) -> Optional[int]:
+    """The seconds of silence after which the rank's watchdog stopped it; None when it did not."""
+    value = (status or {}).get("stalled")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def watch_outcome(status: Optional[Dict[str, Any]], returncode: Optional[int],
                   program: str) -> Tuple[Optional[int], str]:
     """(exit, what happened) when a rank's `wait` ended: no status line means the control itself failed."""
@@ -190,7 +205,7 @@ def watch_outcome(status: Optional[Dict[str, Any]], returncode: Optional[int],
     exit_code = status_exit(status)
     if exit_code is None:
         return None, "stopped running, with no exit status recorded"
-    return exit_code, "exited with status %d%s" % (exit_code, exit_meaning(exit_code))
+    return exit_code, "exited with status %d%s" % (exit_code, exit_meaning(exit_code, status_stalled(status)))
 
 
 def health_ok(code: Optional[int], body: str) -> bool:
@@ -199,7 +214,7 @@ def health_ok(code: Optional[int], body: str) -> bool:
         return False
     try:
         answer = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         return False
     return isinstance(answer, dict) and answer.get("status") == "ok"
 
@@ -231,10 +246,10 @@ def control_problem(verb: str, result: ControlResult, timeout_s: Optional[float]
 
 
 def failure_record(rank: Rank, exit_code: Optional[int], what: str, stderr_tail: Sequence[str], at: str,
-                   generation: int, phase: str) -> Failure:
+                   generation: int, phase: str, stalled_s: Optional[int] = None) -> Failure:
     return {"rank": rank["rank"], "host": rank.get("host", ""), "role": rank_role(rank), "exit": exit_code,
             "stderr_tail": list(stderr_tail), "at": at, "generation": generation, "phase": phase,
-            "message": "%s: %s" % (describe_rank(rank), what)}
+            "message": "%s: %s" % (describe_rank(rank), what), "stalled_s": stalled_s}
 
 
 def judge_stop(rank: Rank, ran: bool, stop_problem: str, status: Optional[Dict[str, Any]],
@@ -258,7 +273,7 @@ def judge_stop(rank: Rank, ran: bool, stop_problem: str, status: Optional[Dict[s
         if exit_code == 139 and rank_role(rank) == "head":
             entry["note"] = HEAD_EXIT_139_NOTE
     else:
-        entry["note"] = "exited with status %d%s" % (exit_code, exit_meaning(exit_code))
+        entry["note"] = "exited with status %d%s" % (exit_code, exit_meaning(exit_code, status_stalled(status)))
     return entry
 
 
@@ -346,9 +361,10 @@ def read_pid(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None
 
 
-def supervisor_alive(pid: Optional[int]) -> bool:
-    """Pid `pid` runs this program: a pid file outlives its process, and pids are reused. A word of its argv is
-    this file (a substring would take test_serve_supervisor.py or an editor for it)."""
+def supervisor_alive(pid: Optional[int], config_path: str) -> bool:
+    """Pid `pid` runs this program for this unit: a pid file outlives its process, and pids are reused, by
+    another unit's supervisor too (which a stop would then SIGTERM). A word of its argv is this file (a substring
+    would take test_serve_supervisor.py or an editor for it), and a later word is this unit's config."""
     if not pid:
         return False
     try:
@@ -356,7 +372,17 @@ def supervisor_alive(pid: Optional[int]) -> bool:
             words = handle.read().split(b"\0")
     except OSError:
         return False
-    return any(os.path.basename(word) == PROGRAM.encode() for word in words)
+    programs = [index for index, word in enumerate(words) if os.path.basename(word) == PROGRAM.encode()]
+    if not programs:
+        return False
+    try:
+        # A relative config word is relative to that process's directory, not ours.
+        cwd = os.readlink("/proc/%d/cwd" % pid)
+    except OSError:
+        cwd = ""
+    ours = os.path.realpath(config_path)
+    return any(os.path.realpath(os.path.join(cwd, os.fsdecode(word))) == ours
+               for word in words[programs[0] + 1:] if word and (cwd or word.startswith(b"/")))
 
 
 # The lock on <pid file>.lock, held as long as this supervisor lives: checking the pid file and then writing it
@@ -447,43 +473,53 @@ def run_control(argv: Sequence[str], timeout_s: Optional[float], should_abort: C
             return ControlResult(None, stdout, stderr, timed_out=timed_out, interrupted=not timed_out)
 
 
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """/health answers itself: a redirect (elsewhere, say) is an answer, not a place to go."""
+class Watchdog:
+    """Shuts a socket down at a deadline. A socket timeout bounds each read, not the answer: a server that
+    trickles a byte within each would hold a request for as long as it likes, in the headers too (http.client
+    reads them line by line). Shutdown, unlike close, also ends a read under way in another thread."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
-        return None
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._timer = threading.Timer(max(0.0, seconds), self._shut, [sock])
+        self._timer.daemon = True
+        self._timer.start()
 
-
-def read_within(response: Any, deadline: float, limit: int = 65536) -> str:
-    """The body, read in small pieces against one deadline: a server trickling a byte a second cannot hold the
-    supervisor (socket timeouts apply per read)."""
-    # read1: what has arrived, so that a trickle is seen piece by piece against the deadline.
-    reader = getattr(response, "read1", None) or response.read
-    chunks = []  # type: List[bytes]
-    size = 0
-    while size < limit:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the answer took longer than %g s" % HEALTH_TRY_TIMEOUT_S)
-        chunk = reader(min(4096, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def probe_health(opener: urllib.request.OpenerDirector, url: str) -> Tuple[Optional[int], str]:
-    deadline = time.monotonic() + HEALTH_TRY_TIMEOUT_S
-    try:
-        with opener.open(url, timeout=HEALTH_TRY_TIMEOUT_S) as response:
-            return response.getcode(), read_within(response, deadline)
-    except urllib.error.HTTPError as error:
+    def _shut(self, sock: socket.socket) -> None:
+        self.fired.set()
         try:
-            return error.code, read_within(error, deadline)
-        except (OSError, http.client.HTTPException) as reading:
-            return error.code, str(reading)
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as error:
-        return None, str(getattr(error, "reason", error))
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed already: the answer came first
+
+    def stop(self) -> bool:
+        """Whether it cut the answer. Joined, so that it cannot shut the socket down as it is being closed."""
+        self._timer.cancel()
+        self._timer.join()
+        return self.fired.is_set()
+
+
+def probe_health(url: str, timeout_s: float, limit: int = 65536) -> Tuple[Optional[int], str]:
+    """One GET of `url` within `timeout_s` all told (connecting, headers, body): a trickling server cannot keep
+    the supervisor from its signals and its ring. http.client asks no proxy (a node's http_proxy must not carry a
+    request for 127.0.0.1 away) and follows no redirect (/health answers itself: a redirect is an answer)."""
+    started = time.monotonic()
+    watchdog = None  # type: Optional[Watchdog]
+    connection = None  # type: Optional[http.client.HTTPConnection]
+    try:
+        parts = urllib.parse.urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout_s)
+        connection.connect()
+        watchdog = Watchdog(connection.sock, started + timeout_s - time.monotonic())
+        connection.request("GET", (parts.path or "/") + ("?" + parts.query if parts.query else ""))
+        response = connection.getresponse()
+        answer = (response.status, response.read(limit).decode("utf-8", "replace"))  # type: Tuple[Optional[int], str]
+    except (OSError, http.client.HTTPException, ValueError) as error:
+        answer = (None, str(error))
+    finally:
+        cut = watchdog is not None and watchdog.stop()
+        if connection is not None:
+            connection.close()
+    return (None, "no complete answer within %g s" % timeout_s) if cut else answer
 
 
 class StopRequested(Exception):
@@ -499,8 +535,6 @@ class Supervisor:
         self.ran = set()  # type: Set[int]  # ranks started since the ring was last stopped
         self.phase = "starting"
         self.state = initial_state(config, os.getpid(), utc_now())
-        # A node's http_proxy must not carry a request for 127.0.0.1 away.
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
 
     def request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True  # no logging here: a print inside a print would raise
@@ -537,11 +571,13 @@ class Supervisor:
         result = self.control(rank, "tail", str(self.config["stderr_tail_lines"]))
         return result.stdout.splitlines() if result.ok else []
 
-    def failure(self, rank: Rank, what: str, exit_code: Optional[int] = None, ask_exit: bool = False) -> Failure:
+    def failure(self, rank: Rank, what: str, exit_code: Optional[int] = None, ask_exit: bool = False,
+                stalled_s: Optional[int] = None) -> Failure:
         if ask_exit:
-            exit_code = status_exit(parse_status(self.control(rank, "status").stdout))
+            status = parse_status(self.control(rank, "status").stdout)
+            exit_code, stalled_s = status_exit(status), status_stalled(status)
         record = failure_record(rank, exit_code, what, self.stderr_tail(rank), utc_now(), self.state["generation"],
-                                self.phase)
+                                self.phase, stalled_s)
         self.say("failure: %s" % record["message"])
         return record
 
@@ -557,9 +593,9 @@ class Supervisor:
             del self.watchers[number]
             stdout, dummy = collect_output(process)
             rank = self.ranks[number]
-            exit_code, what = watch_outcome(parse_status(stdout), process.returncode,
-                                            os.path.basename(rank["control"][0]))
-            return self.failure(rank, what, exit_code)
+            status = parse_status(stdout)
+            exit_code, what = watch_outcome(status, process.returncode, os.path.basename(rank["control"][0]))
+            return self.failure(rank, what, exit_code, stalled_s=status_stalled(status))
         return None
 
     def kill_watchers(self) -> None:
@@ -594,7 +630,8 @@ class Supervisor:
             return None
         exit_code = status_exit(status)
         return self.failure(head, "exited with status %s%s while loading the model" % (
-            exit_code, exit_meaning(exit_code) if exit_code is not None else ""), exit_code)
+            exit_code, exit_meaning(exit_code, status_stalled(status)) if exit_code is not None else ""), exit_code,
+            stalled_s=status_stalled(status))
 
     def await_health(self, head: Rank) -> Optional[Failure]:
         started = time.monotonic()
@@ -602,7 +639,7 @@ class Supervisor:
         last_answer = "no answer"
         while True:
             self.check_stop()
-            code, body = probe_health(self.opener, self.config["health_url"])
+            code, body = probe_health(self.config["health_url"], HEALTH_TRY_TIMEOUT_S)
             if health_ok(code, body):
                 self.say("healthy after %.1f s" % (time.monotonic() - started))
                 return None
@@ -727,7 +764,7 @@ def status_command(config_path: str, config: Config) -> int:
     state, error = read_state(config["state_file"])
     report = dict(state) if state else {"name": config["name"], "state": "unknown", "error": error}
     pid = report.get("pid") if isinstance(report.get("pid"), int) else read_pid(config["pid_file"])
-    report["alive"] = supervisor_alive(pid)
+    report["alive"] = supervisor_alive(pid, config_path)
     print(json.dumps(report, sort_keys=True))
     return 0
 
@@ -757,7 +794,7 @@ def start_command(config_path: str, config: Config, wait_s: float = 30.0) -> int
     """`run` in a session of its own, detached from the caller's pipes (Ansible's command module waits for them
     to close), logging beside its state file. Returns once the new supervisor wrote its first state."""
     other = read_pid(config["pid_file"])
-    if supervisor_alive(other):
+    if supervisor_alive(other, config_path):
         print("%s: another supervisor runs for this unit: pid %d (%s)" % (PROGRAM, other, config["pid_file"]),
               file=sys.stderr)
         return 2
@@ -795,13 +832,13 @@ def stop_command(config_path: str, config: Config) -> int:
     """SIGTERM to the unit's supervisor, which stops its ring (head first); waits until it is gone. Exit 0 when
     every rank stopped cleanly or none ran, 1 otherwise; the state as `status` prints it."""
     pid = read_pid(config["pid_file"])
-    if supervisor_alive(pid):
+    if supervisor_alive(pid, config_path):
         os.kill(pid, signal.SIGTERM)
         # Each rank may take its stop grace and the control timeout; the head is stopped first, then each worker.
         deadline = time.monotonic() + float(config["control_timeout_s"]) * (len(config["ranks"]) + 1) + 30
-        while supervisor_alive(pid) and time.monotonic() < deadline:
+        while supervisor_alive(pid, config_path) and time.monotonic() < deadline:
             time.sleep(PAUSE_STEP_S)
-        if supervisor_alive(pid):
+        if supervisor_alive(pid, config_path):
             print("%s: the supervisor (pid %d) did not stop in time" % (PROGRAM, pid), file=sys.stderr)
             return 1
         status_command(config_path, config)
