@@ -6,7 +6,7 @@ short_description: The ansible-playbook line that runs this playbook again with 
 description:
   - The playbooks of the running command line, with its inventories (C(-i)), limit and vault options, and the
     terms as the new arguments (like C(-e state=status)) instead of this run's C(-e) values, shell-quoted.
-  - For the hints a playbook prints (serve.yml's status and stop): pasted in the directory the run was started
+  - For the hints a playbook prints (serve.yml's status and stop). Pasted in the directory the run was started
     from, they reach the same cluster.
 options:
   _terms:

@@ -5,7 +5,7 @@ DOCUMENTATION = r"""
 module: say
 short_description: Print lines as they are, for commands a person pastes
 description:
-  - Prints each line as it is, on a line of its own, under the task: no YAML folding, no JSON escaping, so a
+  - Prints each line as it is, on a line of its own, under the task. No YAML folding, no JSON escaping, so a
     printed command works pasted as printed (the default callback's debug output folds long lines and doubles
     quotes).
   - Returns the lines as C(msg) too.

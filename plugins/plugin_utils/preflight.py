@@ -244,8 +244,8 @@ def runtimes_problems(value: Any, variable: str = "runtime") -> List[str]:
     words = _runtime_words(value)
     if words == ["all"]:
         return []
-    problems = ["%s '%s' is not one of: %s, or all; pass -e %s=%s" % (variable, word, ", ".join(RUNTIMES), variable,
-                                                                   ",".join(RUNTIMES[1:]))
+    fix = ",".join(RUNTIMES[1:])
+    problems = ["%s '%s' is not one of: %s, or all; pass -e %s=%s" % (variable, word, ", ".join(RUNTIMES), variable, fix)
                 for word in words if word not in RUNTIMES + ("all",)]
     if "all" in words:
         problems.append("%s: all means every runtime built and stands alone; pass -e %s=all" % (variable, variable))

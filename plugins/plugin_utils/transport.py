@@ -221,7 +221,7 @@ def sshd_settings(text: str) -> Dict[str, List[str]]:
     """`sshd -T` output: keyword (lower case) -> its values, one a line."""
     settings = {}  # type: Dict[str, List[str]]
     for line in text.splitlines():
-        keyword, _, value = line.strip().partition(" ")
+        keyword, dummy, value = line.strip().partition(" ")
         if keyword:
             settings.setdefault(keyword.lower(), []).append(value.strip())
     return settings

@@ -6,7 +6,6 @@ import concurrent.futures
 import json
 import os
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -151,12 +150,13 @@ def test_with_its_start_known_the_holder_is_its_pid_and_its_start(stat, start, s
 
 def test_a_holder_of_the_same_host_name_on_another_machine_is_never_gone():
     """Two controllers named alike: the other's pid means nothing here, whatever runs under it on this machine."""
+    other_machine = {**SPACE, "machine": "fedcba9876543210fedcba9876543210"}
+    container = {**SPACE, "pid_ns": "pid:[4026532000]"}
+    rebooted = {**SPACE, "boot": "b0075e1d-0000-4000-8000-000000000002"}  # a clone, or rebooted
     namesake = format_record("first-1", "bench.yml", "ctl", 4242, "2026-01-01T09:00:00Z", 3600, pid_start=800,
-                             **dict(SPACE, machine="fedcba9876543210fedcba9876543210"))
-    for other in (namesake, format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800,
-                                          **dict(SPACE, pid_ns="pid:[4026532000]")),  # a container
-                  format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800,
-                                **dict(SPACE, boot="b0075e1d-0000-4000-8000-000000000002"))):  # a clone, or rebooted
+                             **other_machine)
+    for other in (namesake, format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800, **container),
+                  format_record("first-1", "bench.yml", "ctl", 4242, "t", 3600, pid_start=800, **rebooted)):
         verdict = judge(held(other, 10), MINE, "gone", 172800, False, HOST, PATH)
         assert verdict["action"] == "refuse", verdict
         assert "same host name ctl" in verdict["message"] and "not running any more" not in verdict["message"]

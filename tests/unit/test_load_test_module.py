@@ -31,7 +31,6 @@ def test_the_cap_must_hold_every_token_of_a_request():
         "arrivals_cap 100 keeps fewer events than max_tokens 100 needs (max_tokens + 8)"]
 
 
-
 def run_module(args):
     """The module's main() in this process, as Ansible runs it with `args`; it ends by exit_json or fail_json."""
     with patch_module_args(args), pytest.raises(SystemExit):

@@ -79,7 +79,7 @@ class EchoServer:
     def serve(self):
         while True:
             try:
-                connection, _ = self.server.accept()
+                connection, dummy = self.server.accept()
             except OSError:
                 return
             self.accepted += 1
@@ -173,7 +173,7 @@ def sshd():
             daemon.wait(5)
         if uid is not None:
             # Sessions without a pty (a command) outlive their client: end what sshd ran as the test's user.
-            for _ in range(50):
+            for dummy in range(50):
                 pids = user_processes(uid)
                 if not pids:
                     break
@@ -282,7 +282,7 @@ def test_a_remote_forward_is_refused(sshd, listen):
         spec = "%s:%d" % (LOOPBACK, port)
         where = "port %d" % port
     result = subprocess.run(ssh(sshd, "-R", "%s:%s" % (spec, target), forwards=False), stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=15)
+                            capture_output=True, text=True, timeout=15, check=False)
     assert result.returncode == 255, (result.returncode, result.stderr)
     assert "remote port forwarding failed" in result.stderr, result.stderr
     if listen == "unix":
@@ -306,8 +306,8 @@ def test_a_command_or_a_shell_runs_nothing(sshd, how):
     process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
     try:
-        out, _ = process.communicate(script.encode() if how == "shell" else None, timeout=1.5)
+        out, dummy = process.communicate(script.encode() if how == "shell" else None, timeout=1.5)
     except subprocess.TimeoutExpired:
         process.kill()
-        out, _ = process.communicate()
+        out, dummy = process.communicate()
     assert b"uid=" not in out and not os.path.exists(marker), out
