@@ -130,6 +130,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import this_command_line_problems
 from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsrent import key_index
 from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient, GlowsError
@@ -190,6 +191,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             raise
 
     def _parse(self, path, cache):
+        # A command line whose -e values would be lost or misread stops here, before any call of the API.
+        problems = this_command_line_problems(self.loader)
+        if problems:
+            raise AnsibleParserError("\n".join(problems))
         self._read_config_data(path)
         api_url = str(self.get_option("api_url") or "").strip()
         token = self.get_option("token")

@@ -213,3 +213,38 @@ def rerun_command(cli: Mapping[str, Any], extra: Sequence[str], playbook: str = 
     args = [str(arg) for arg in cli.get("args") or ()]
     argv += [sibling_playbook(args[0], playbook)] if playbook and args else args
     return " ".join(shell_quote(arg) for arg in argv + list(extra))
+
+
+def command_line_problems(cli: Mapping[str, Any], extra_vars: Mapping[str, Any],
+                          role_specs: Mapping[str, Mapping[str, Any]], load_yaml: Callable[[str], Any],
+                          load_file: Callable[[str], Any], parse_kv: Callable[[str], Dict[str, Any]]) -> List[str]:
+    """The -e problems of a whole command line (ansible.context.CLIARGS), with the line that says what was not
+    started first; empty when there are none. The extra_vars action and the Glows inventory (before it calls the
+    API) both ask this."""
+    playbooks = playbook_names(cli.get("args") or ())
+    items = [str(item) for item in (cli.get("extra_vars") or ())]
+    label = " ".join(playbooks) or "this command"
+    problems = extra_vars_problems(items, label, playbook_specs(playbooks, extra_vars, role_specs),
+                                   load_yaml=load_yaml, load_file=load_file, parse_kv=parse_kv,
+                                   check_names=bool(playbooks) and set(playbooks) <= set(our_playbooks(extra_vars)),
+                                   elsewhere=playbooks_taking(extra_vars))
+    if not problems:
+        return []
+    return ["%s was not started: fix these -e values first (nothing was touched):" % label] + \
+        ["- " + problem for problem in problems]
+
+
+def this_command_line_problems(loader: Any) -> List[str]:
+    """command_line_problems of this process's own command line, with the collection's meta/extra_vars.yml and
+    role argument specs; `loader` is Ansible's DataLoader (for -e @file and JSON items)."""
+    import yaml
+    from ansible import context
+    from ansible.parsing.splitter import parse_kv
+
+    from ansible_collections.prima.cluster.plugins.plugin_utils.paths import collection_path
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import role_argument_specs
+
+    with open(collection_path("meta/extra_vars.yml")) as handle:
+        extra_vars = yaml.safe_load(handle)
+    return command_line_problems(context.CLIARGS, extra_vars, role_argument_specs(collection_path("roles")),
+                                 load_yaml=loader.load, load_file=loader.load_from_file, parse_kv=parse_kv)

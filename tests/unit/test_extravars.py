@@ -196,6 +196,16 @@ def test_a_mistyped_command_stops_before_any_node_or_api_call(command, expected,
     assert not (tmp_path / "rental.json").exists()
 
 
+def test_the_glows_inventory_calls_no_api_for_a_mistyped_command(tmp_path):
+    """The inventory plugin lists instances before any play runs: it checks the -e values first."""
+    result = run_typed("ansible-playbook -i inventory/sandbox-glows.glows.yml bench.yml -e model=tiny -e rnus=2",
+                       tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "fix these -e values first" in out and "Did you mean runs?" in out, out
+    assert "18780" not in out and "cannot reach" not in out, out
+
+
 def test_the_rent_command_as_the_readme_spells_it_passes_the_check(tmp_path):
     """The quoted form gets past the check with the whole GPU name, and then fails at the API, which is not
     there: proof that the check let it through."""
