@@ -174,6 +174,8 @@ def test_a_killed_worker_restarts_the_ring_then_exhausts_the_restarts(server):
     assert status.status == "successful", status.describe()
     assert "%s: running (runtime llama_rpc, model tiny)" % UNIT in status.messages
     assert "restarts: 0 of 1, failures: 0" in status.messages
+    # It reads only (README): nothing changed on any node.
+    assert sum(status.count("changed").values()) == 0, status.count("changed")
 
     before = supervisor_state()
     worker = running_child("n2", UNIT)
