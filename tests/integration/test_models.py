@@ -45,7 +45,9 @@ def publish(repo, files, *options):
     return done.stdout.strip()
 
 
-TINY = hub_file("sandbox/tiny", "tiny.gguf")
+def tiny_on_hub():
+    """The tiny model as the sandbox hub serves it (the hub exists once the session's sandbox is up)."""
+    return hub_file("sandbox/tiny", "tiny.gguf")
 
 
 def hub_records():
@@ -84,7 +86,7 @@ def remove_weights():
 
 
 def assert_tiny_everywhere():
-    expected = sha256_file(TINY)
+    expected = sha256_file(tiny_on_hub())
     for name in NODES:
         host = node(name)
         assert host.file("/opt/models/tiny.gguf").sha256sum == expected, name
@@ -100,10 +102,11 @@ def hub_shaping():
 
 def test_site_put_verified_tiny_on_every_node_with_one_hub_download(site_runs):
     assert_tiny_everywhere()
+    tiny = tiny_on_hub()
     with open(LOCK) as handle:
         assert json.load(handle)["sandbox/tiny@main/tiny.gguf"] == {
-            "sha256": sha256_file(TINY), "commit": hub_commit("sandbox/tiny"), "size": os.path.getsize(TINY)}
-    assert sum(record["bytes"] for record in served_since(0, "tiny.gguf")) == os.path.getsize(TINY)
+            "sha256": sha256_file(tiny), "commit": hub_commit("sandbox/tiny"), "size": os.path.getsize(tiny)}
+    assert sum(record["bytes"] for record in served_since(0, "tiny.gguf")) == os.path.getsize(tiny)
 
 
 def test_rerun_downloads_nothing(site_runs):
@@ -133,7 +136,7 @@ def test_download_killed_half_way_resumes(site_runs, hub_shaping):
     node("n0").run("pkill -f AnsiballZ_hub_download")
     time.sleep(1)
     kept = os.path.getsize(partial)
-    assert 0 < kept < os.path.getsize(TINY)
+    assert 0 < kept < os.path.getsize(tiny_on_hub())
     assert not node("n0").file("/opt/models/tiny.gguf").exists
 
     hub_shaping(None)
@@ -143,9 +146,9 @@ def test_download_killed_half_way_resumes(site_runs, hub_shaping):
     assert_tiny_everywhere()
     second = served_since(resumed_mark, "tiny.gguf")
     assert second and second[0]["range"] is not None and second[0]["status"] == 206, second
-    assert sum(record["bytes"] for record in second) < os.path.getsize(TINY)
+    assert sum(record["bytes"] for record in second) < os.path.getsize(tiny_on_hub())
     # Both runs together: the whole file once, plus what was in flight when the first was killed.
-    assert sum(record["bytes"] for record in served_since(mark, "tiny.gguf")) < 1.1 * os.path.getsize(TINY)
+    assert sum(record["bytes"] for record in served_since(mark, "tiny.gguf")) < 1.1 * os.path.getsize(tiny_on_hub())
 
 
 def test_flipped_byte_is_detected_and_fetched_again_and_a_two_part_model_arrives(site_runs):
@@ -156,7 +159,7 @@ def test_flipped_byte_is_detected_and_fetched_again_and_a_two_part_model_arrives
         byte = handle.read(1)
         handle.seek(4096)
         handle.write(bytes([byte[0] ^ 0x01]))
-    assert sha256_file(target) != sha256_file(TINY)
+    assert sha256_file(target) != sha256_file(tiny_on_hub())
     mark = len(hub_records())
     run = run_playbook("playbooks/models.yml", extravars={"model": "tiny,tiny-split"}, label="models-flipped-split")
     assert run.status == "successful", run.describe()
@@ -193,7 +196,7 @@ def small_model(repo, name, data, sha256=None):
 
 
 def test_a_hub_whose_digest_disagrees_fails_and_installs_nothing(site_runs):
-    with open(TINY, "rb") as source:
+    with open(tiny_on_hub(), "rb") as source:
         data = bytearray(source.read(4 << 20))
     data[len(data) // 2] ^= 0xFF
     honest = hashlib.sha256(data).hexdigest()
@@ -281,7 +284,7 @@ HUB_RATE = "20mbit"
 
 def test_fanout_against_every_node_downloading(site_runs, hub_shaping):
     """The figures: hub bytes and wall time for 3 nodes, hub link shaped, cluster links not."""
-    figures = {"model_bytes": os.path.getsize(TINY), "hub_rate": HUB_RATE}
+    figures = {"model_bytes": os.path.getsize(tiny_on_hub()), "hub_rate": HUB_RATE}
     for mode, fanout in (("fanout", True), ("every_node", False)):
         remove_weights()
         hub_shaping(HUB_RATE)
@@ -291,7 +294,7 @@ def test_fanout_against_every_node_downloading(site_runs, hub_shaping):
         assert_tiny_everywhere()
         served = sum(record["bytes"] for record in served_since(mark, "tiny.gguf"))
         figures[mode] = {"seconds": round(run.seconds, 1), "hub_bytes": served,
-                         "hub_bytes_per_model": round(served / os.path.getsize(TINY), 3)}
+                         "hub_bytes_per_model": round(served / os.path.getsize(tiny_on_hub()), 3)}
         if fanout:
             assert "tiny.gguf downloading" in run.stdout, "no progress lines"
     figures["fanout_to_every_node_time"] = round(figures["fanout"]["seconds"] / figures["every_node"]["seconds"], 3)
