@@ -311,6 +311,7 @@ CLASSIFICATION = {
     "make site-sandbox": Verdict(RUN, SANDBOX),
     "ansible-playbook -i inventory/sandbox-mapped.yml bench.yml -e model=tiny -e runtime=llama_rpc,single -e runs=1":
         Verdict(RUN, SANDBOX),
+    "ansible-playbook -i localhost, report.yml": Verdict(RUN, SANDBOX),
     "ansible-playbook -i inventory/sandbox-mapped.yml serve.yml -e model=tiny -e runtime=llama_rpc":
         Verdict(RUN, SANDBOX),
     "ansible-playbook -i inventory/sandbox-mapped.yml serve.yml -e state=status": Verdict(RUN, SANDBOX),

@@ -1,8 +1,8 @@
-"""Action plugin: judge one benchmark run from every rank's fetched logs, and set its figures as a fact.
+"""Action plugin: judge one benchmark run from every rank's fetched logs, and keep what it read beside them.
 
 Runs on the controller after the bench role fetched each rank's stdout/stderr into
-reports/<run-id>/raw. The judging and parsing are pure functions in plugin_utils/benchrun.py;
-the documentation is in plugins/modules/bench_record.py.
+reports/<run-id>/raw. The judging and parsing are pure functions in plugin_utils/benchrun.py, the records on
+disk are plugin_utils/benchrecords.py's; the documentation is in plugins/modules/bench_record.py.
 """
 
 import os
@@ -11,6 +11,7 @@ import tarfile
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import LOST, RUN, keep_judged, write_json
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (PLAN_KEYS, log_was_cut, rank_problems,
                                                                              run_record)
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import drop_problems
@@ -82,15 +83,18 @@ class ActionModule(ActionBase):
             attempt = int(args["meta"].get("attempt") or 0)
             if log_was_cut(ranks, record) and attempt < args["retries"]:
                 lost = {"unit": plan["name"], "run": label, "stderr": stderr}
+                write_json(os.path.join(log_dir(head["host"]), LOST), lost)
                 self._display.warning("%s %s: the head exited 0 but its log stops before the perf lines (%s): "
                                       "llama.cpp's logger thread lost its tail at exit; running it again"
                                       % (plan["name"], label, stderr))
-                result.update(changed=False, ansible_facts={"bench_run_attempt": attempt + 1, "bench_run_lost": lost})
+                result.update(changed=False, run_dir=os.path.dirname(raw_dir), lost=lost,
+                              ansible_facts={"bench_run_attempt": attempt + 1})
                 return result
             raise AnsibleActionFail("%s: the head's stderr has no perf lines (%s); %s. If the head exited 0, its log "
                                     "was cut at exit every time it was tried (llama.cpp's logger thread loses what "
                                     "it has not written; bench_log_cut_retries tries again)"
                                     % (plan["name"], stderr, where))
-        result.update(changed=False, bench_run_result=record,
-                      ansible_facts={"bench_run_result": record, "bench_run_attempt": 0})
+        judged = keep_judged(raw_dir, log_dir(head["host"]), RUN, plan, args["meta"], args["ranks"], label)
+        result.update(changed=True, run_dir=os.path.dirname(raw_dir), judged=judged, record=record,
+                      ansible_facts={"bench_run_attempt": 0})
         return result

@@ -1,4 +1,4 @@
-"""Action plugin: keep one server load test (bench.yml -e mode=server) under raw/ and set its records as a fact.
+"""Action plugin: keep one server load test (bench.yml -e mode=server) under raw/, with what its records are made of.
 
 Runs on the controller after prima.cluster.load_test ran on rank 0. The records are made by pure functions in
 plugin_utils/benchserver.py; the documentation is in plugins/modules/bench_server_record.py.
@@ -10,6 +10,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import SERVER, keep_judged
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import PLAN_KEYS
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchserver import (raw_result, sequential_problems,
                                                                                 server_records)
@@ -56,5 +57,7 @@ class ActionModule(ActionBase):
                 self._display.warning("%s, %d clients: %d of %d requests failed: %s"
                                       % (plan["name"], record["clients"], record["errors"], record["requests"],
                                          "; ".join(record["error_samples"])))
-        result.update(changed=False, raw=path, ansible_facts={"bench_run_results": records})
+        judged = keep_judged(args["raw_dir"], os.path.dirname(path), SERVER, plan, meta)
+        result.update(changed=True, raw=path, judged=judged, run_dir=os.path.dirname(args["raw_dir"]),
+                      records=records)
         return result

@@ -1,19 +1,15 @@
-"""Callback plugin: bench.yml's parsed runs become results.jsonl, reports/<run-id>/report.md and a printed table."""
+"""Callback plugin: bench.yml's main table on the console when the playbook ends, or where its raw logs are."""
 
 DOCUMENTATION = r"""
 name: bench_report
 type: aggregate
-short_description: Aggregate bench.yml's runs into results.jsonl, a markdown report and a printed table
+short_description: Print bench.yml's main table when it ends
 description:
-  - Collects the C(bench_run_result) fact that bench.yml sets after each run (the head's perf
-    figures, the split each rank used), the C(bench_run_results) of each server load test
-    (bench.yml -e mode=server; its sequential requests and its concurrency levels) and the
-    cluster profile (C(bench_profile)).
-  - When the playbook ends without a failed or unreachable host, appends one JSON object per
-    measured run to the results file (earlier lines are never rewritten), writes
-    <reports dir>/<run id>/report.md (never over an existing one) and prints the main table.
-  - After a failure it writes nothing and says where the raw logs are.
-  - Parsing and aggregation are pure functions in plugins/plugin_utils/benchrun.py and benchreport.py.
+  - bench.yml writes its report and results.jsonl itself, from the records kept beside each run's raw logs
+    (action prima.cluster.bench_write_report), whether or not this callback is enabled.
+  - When the playbook ends without a failed or unreachable host, this callback prints the report's main table
+    and where the report is.
+  - After a failure it says that no report was written and where the raw logs are.
 requirements:
   - enabled in ansible.cfg (callbacks_enabled = prima.cluster.bench_report)
 options:
@@ -26,22 +22,9 @@ options:
     ini:
       - section: bench_report
         key: print_table
-  results_file:
-    description: Name of the append-only file of measured runs, in the reports directory.
-    type: str
-    default: results.jsonl
-    env:
-      - name: PRIMA_BENCH_RESULTS_FILE
-    ini:
-      - section: bench_report
-        key: results_file
 """
 
-import os
-
 from ansible.plugins.callback import CallbackBase
-
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import append_results, render_report
 
 
 class CallbackModule(CallbackBase):
@@ -52,37 +35,23 @@ class CallbackModule(CallbackBase):
 
     def __init__(self):
         super().__init__()
-        self.runs = []
-        self.profile = []
-        self.repeated = []
+        self.run_dir = None
+        self.written = None
 
     def v2_runner_on_ok(self, result):
-        facts = result._result.get("ansible_facts") or {}
-        if "bench_run_result" in facts:
-            self.runs.append(facts["bench_run_result"])
-        # bench.yml -e mode=server: one load test's records (its sequential requests, then its levels).
-        if "bench_run_results" in facts:
-            self.runs.extend(facts["bench_run_results"])
-        if "bench_run_lost" in facts:
-            self.repeated.append(facts["bench_run_lost"])
-        if "bench_profile" in facts:
-            self.profile = facts["bench_profile"]
+        # The judging actions name the run directory; bench_write_report says what it wrote.
+        outcome = result._result
+        if outcome.get("run_dir"):
+            self.run_dir = outcome["run_dir"]
+        if "main_table" in outcome and "report" in outcome:
+            self.written = outcome
 
     def v2_playbook_on_stats(self, stats):
-        if not self.runs:
-            return
-        run_dir = self.runs[0]["run_dir"]
         if any(stats.failures.values()) or any(stats.dark.values()):
-            self._display.warning("bench.yml failed: %s untouched, no report written; raw logs kept in %s/raw"
-                                  % (self.get_option("results_file"), run_dir))
+            if self.run_dir and not self.written:
+                self._display.warning("bench.yml failed: results.jsonl untouched, no report written; raw logs kept "
+                                      "in %s/raw" % self.run_dir)
             return
-        results = os.path.join(os.path.dirname(run_dir), self.get_option("results_file"))
-        report_path = os.path.join(run_dir, "report.md")
-        # The report first: if it cannot be made, results.jsonl stays as it was.
-        text, main_table = render_report(self.runs, self.profile, self.repeated, plot_dir=run_dir)
-        with open(report_path, "x", encoding="utf-8") as handle:
-            handle.write(text)
-        written = append_results(results, self.runs)
-        if self.get_option("print_table"):
-            self._display.display("\n" + main_table + "\n")
-        self._display.display("bench report: %s (%d measured runs appended to %s)" % (report_path, written, results))
+        if self.written and self.get_option("print_table"):
+            self._display.display("\n" + self.written["main_table"] + "\n")
+            self._display.display(self.written["msg"])

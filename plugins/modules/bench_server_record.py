@@ -3,11 +3,12 @@
 DOCUMENTATION = r"""
 ---
 module: bench_server_record
-short_description: Keep one server load test's requests and set its records as a fact
+short_description: Keep one server load test's requests and what its records are made of
 description:
   - Runs on the controller after C(prima.cluster.load_test) loaded a server of bench.yml -e mode=server.
     Writes the load test's requests, as measured, to C(raw_dir)/<head>/<unit>/<link>/load.json.
-  - Sets C(bench_run_results) (which the bench_report callback collects), one record per sequential request
+  - Writes C(judged.json) beside C(load.json) (the plan and C(meta)); the report is made from those files
+    (M(prima.cluster.bench_write_report)). Returns the records, one per sequential request
     (mode C(server), its C(perf) from the server's own C(timings), under the keys of a mode=run run) and one per
     concurrency level (mode C(server-load), with clients, requests, TTFT and ITL p50/p95/p99, aggregate t/s, errors).
   - Fails when the load test failed or a measured sequential request failed (the requests are kept);
@@ -46,7 +47,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-bench_run_results:
+records:
   description: The records, sequential requests first, then one per concurrency level.
   type: list
   elements: dict
@@ -55,4 +56,12 @@ raw:
   description: Where the load test's requests were written.
   type: str
   returned: when the load test's result was usable
+judged:
+  description: The judged.json written beside them.
+  type: str
+  returned: when every measured sequential request succeeded
+run_dir:
+  description: The run directory (the parent of C(raw_dir)).
+  type: path
+  returned: when every measured sequential request succeeded
 """

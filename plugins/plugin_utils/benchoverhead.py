@@ -39,12 +39,12 @@ def measured_runs(records: Iterable[Mapping[str, Any]], mode: str) -> int:
 
 
 def run_heads_s(raw_dir: str, records: Iterable[Mapping[str, Any]]) -> float:
-    """Every head run's own wall time (warm-ups and retries too): raw/<head>/<unit>/<label>/wall_s."""
+    """Every head run's own wall time (warm-ups and retries too): raw/<head>/<unit>/<link>/<label>/wall_s."""
     heads = sorted({(str(record["hosts"][0]), str(record["unit"])) for record in records
                     if record.get("mode", "run") == "run"})
     total = 0.0
     for head, unit in heads:
-        for path in glob.glob(os.path.join(glob.escape(raw_dir), glob.escape(head), glob.escape(unit), "*", "wall_s")):
+        for path in glob.glob(os.path.join(glob.escape(raw_dir), glob.escape(head), glob.escape(unit), "*", "*", "wall_s")):
             with open(path) as handle:
                 total += float(handle.read().strip())
     return total

@@ -1,5 +1,6 @@
 """Aggregate measured runs and lay them out as markdown tables (pure functions, standard library)."""
 
+import fcntl
 import json
 import math
 import os
@@ -335,15 +336,18 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
     # lines are made before any is written, so that a refused one leaves the file as it was.
     lines = [json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in measured]
     with open(path, "a", encoding="utf-8") as handle:
+        # Two runs ending at once never interleave their lines.
+        fcntl.flock(handle, fcntl.LOCK_EX)
         handle.writelines(lines)
     return len(measured)
 
 
 def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
                   repeated: Sequence[Mapping[str, Any]] = (), template: Optional[str] = None,
-                  plot_dir: Optional[str] = None) -> Tuple[str, str]:
+                  plot_dir: Optional[str] = None, report_dir: Optional[str] = None) -> Tuple[str, str]:
     """report.md from templates/report.md.j2, and the main table for the console. With plot_dir, a
-    sweep's plots are drawn there (PNG, matplotlib) and linked from the report."""
+    sweep's plots are drawn there (PNG, matplotlib) and linked from the report (relative to report_dir,
+    plot_dir itself when unset)."""
     import jinja2  # the controller's; the rest of this module is standard library
 
     plots = []  # type: List[Dict[str, str]]
@@ -351,7 +355,12 @@ def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappin
         from ansible_collections.prima.cluster.plugins.plugin_utils.benchplot import plot_all
 
         rows = aggregate(records)
-        plots = plot_all(plot_dir, [series for series in sweep_series(rows) if len(series["rows"]) > 1], rows)
+        drawn = [series for series in sweep_series(rows) if len(series["rows"]) > 1]
+        if drawn:
+            os.makedirs(plot_dir, exist_ok=True)
+        plots = plot_all(plot_dir, drawn, rows)
+        for plot in plots:
+            plot["name"] = os.path.relpath(os.path.join(plot_dir, plot["name"]), report_dir or plot_dir)
 
     path = template or os.path.join(TEMPLATES_DIR, "report.md.j2")
     with open(path, encoding="utf-8") as handle:

@@ -304,7 +304,7 @@ def assert_clean_failure(result, reports, results_before, *expected):
     assert not os.path.lexists(LOCK)
     results = reports / "results.jsonl"
     assert (results.read_text() if results.exists() else None) == results_before
-    assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
+    assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
 
 
 def rank_processes():

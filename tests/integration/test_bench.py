@@ -37,7 +37,7 @@ def test_bench_report_matches_the_raw_logs(provisioned, overhead_runs):
     assert sorted(run["runtime"] for run in runs) == sorted(runtimes * 5)
     for run in runs:
         head = run["hosts"][0]
-        label = "run%d" % (run["run_index"])
+        label = "unshaped/run%d" % (run["run_index"])
         raw = perflog(str(reports / run_id / "raw" / head / run["unit"] / label / "stderr"))
         for key in ("prompt_ms", "prompt_tokens", "prompt_tps", "eval_ms", "eval_runs", "eval_tps", "total_ms"):
             assert run["perf"][key] == raw[key], (run["unit"], label, key)
@@ -75,9 +75,10 @@ def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, t
     reports.mkdir()
     result = bench(reports, "cut-1", "bench-log-cut", runtime="single", runs=1, bench_log_cut_retries=1,
                    launch_head_extra_args=["--log-disable"])
-    assert_clean_failure(result, reports, None, "single-tiny warmup0: the head exited 0 but its log stops",
+    assert_clean_failure(result, reports, None, "single-tiny unshaped/warmup0: the head exited 0 but its log stops",
                          "single-tiny: the head's stderr has no perf lines", "was cut at exit every time")
-    runs = sorted(os.path.basename(path) for path in glob.glob(str(reports / "cut-1" / "raw" / "n0" / "single-tiny" / "*")))
+    tried = reports / "cut-1" / "raw" / "n0" / "single-tiny" / "unshaped"
+    runs = sorted(os.path.basename(path) for path in glob.glob(str(tried / "*")))
     assert runs == ["warmup0", "warmup0-retry1"]
     assert not os.path.exists(reports / "cut-1" / "report.md")
 

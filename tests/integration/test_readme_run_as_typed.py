@@ -180,6 +180,13 @@ def test_the_sandbox_step_by_step(provisioned, tmp_path):
             if " bench.yml" in variant:
                 assert glob.glob(str(reports / "*" / "report.md")), "bench.yml wrote no report\n" + said(done)
                 assert (reports / "results.jsonl").read_text().strip(), said(done)
+            if " report.yml" in variant:
+                # The newest run's report made again from its raw logs: beside the first, the same text.
+                [first] = glob.glob(str(reports / "*" / "report.md"))
+                again = glob.glob(os.path.join(os.path.dirname(first), "report-again-*.md"))
+                assert len(again) == 1 and "bench report: %s" % again[0] in done.stdout, said(done)
+                with open(first) as original, open(again[0]) as made:
+                    assert made.read() == original.read()
     finally:
         if serving:
             stopped = run_playbook("serve.yml", extravars={"state": "stopped"}, label="readme-serve-cleanup")

@@ -42,5 +42,5 @@ def test_a_sigstopped_rank_fails_the_bench_within_the_stall_bound(provisioned, t
                          "for %d s" % STALL_S)
     assert failed_after_s < STALL_S + 30, "the bench failed %.1f s after the stop" % failed_after_s
     # The cause is kept with the rank's raw logs.
-    stalled = list(reports.glob("*/raw/n1/llama_rpc-tiny/*/stalled"))
+    stalled = list(reports.glob("*/raw/n1/llama_rpc-tiny/*/*/stalled"))
     assert stalled and stalled[0].read_text().split()[0] == str(STALL_S), stalled

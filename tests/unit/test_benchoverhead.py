@@ -9,11 +9,11 @@ def test_run_mode_counts_every_head_run_and_divides_by_the_measured_ones(tmp_pat
     raw = tmp_path / "raw"
     for unit in ("llama_rpc-tiny", "single-tiny"):
         for label, seconds in (("warmup0", "3.5"), ("run1", "2.0"), ("run2", "2.5"), ("run2-retry1", "1.0")):
-            (raw / "n0" / unit / label).mkdir(parents=True)
-            (raw / "n0" / unit / label / "wall_s").write_text(seconds + "\n")
+            (raw / "n0" / unit / "unshaped" / label).mkdir(parents=True)
+            (raw / "n0" / unit / "unshaped" / label / "wall_s").write_text(seconds + "\n")
         # A worker's wall time is not the head's.
-        (raw / "n1" / unit / "run1").mkdir(parents=True)
-        (raw / "n1" / unit / "run1" / "wall_s").write_text("99\n")
+        (raw / "n1" / unit / "unshaped" / "run1").mkdir(parents=True)
+        (raw / "n1" / unit / "unshaped" / "run1" / "wall_s").write_text("99\n")
     results = tmp_path / "results.jsonl"
     records = [{"run_id": "r", "mode": "run", "unit": unit, "hosts": ["n0", "n1"], "runtime": unit.split("-", maxsplit=1)[0]}
                for unit in ("llama_rpc-tiny", "single-tiny") for dummy in range(2)]

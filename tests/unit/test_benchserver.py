@@ -8,12 +8,12 @@ from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail, AnsibleFilterError
-from ansible.executor.stats import AggregateStats
 from ansible.playbook.play_context import PlayContext
-from ansible.plugins.loader import action_loader, callback_loader
+from ansible.plugins.loader import action_loader
 
 from ansible_collections.prima.cluster.plugins.filter.bench_server import FilterModule
 from ansible_collections.prima.cluster.plugins.plugin_utils import benchserver
+from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import write_report
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, append_results,
                                                                                 load_tables, render_report, result_line,
                                                                                 runs_table)
@@ -165,9 +165,10 @@ def test_the_action_keeps_the_raw_requests_and_sets_the_records(tmp_path):
     result = action({"plan": PLAN, "result": load_result(), "raw_dir": str(tmp_path), "meta": META}).run(task_vars={})
     path = tmp_path / "n0" / "serve-llama_rpc-tiny" / "unshaped" / "load.json"
     assert result["raw"] == str(path) and json.loads(path.read_text()) == benchserver.raw_result(load_result())
-    records = result["ansible_facts"]["bench_run_results"]
+    records = result["records"]
     assert [record["mode"] for record in records] == ["server"] * 3 + ["server-load"] * 2
     assert records == benchserver.server_records(PLAN, load_result(), META)
+    assert result["judged"] == str(path.parent / "judged.json") and "ansible_facts" not in result
 
 
 def test_the_action_fails_on_a_failed_load_test_or_measured_request_and_keeps_the_requests(tmp_path):
@@ -218,18 +219,14 @@ def test_the_report_of_a_server_bench_has_the_load_table_and_says_where_the_figu
     assert "Under load" not in run_text and "own `timings`" not in run_text
 
 
-def test_the_callback_collects_a_load_tests_records(tmp_path):
+def test_the_report_of_a_server_bench_is_made_from_its_run_directory(tmp_path):
     run_dir = tmp_path / "r1"
-    run_dir.mkdir()
-    plugin = callback_loader.get("prima.cluster.bench_report")
-    plugin.set_options(direct={"print_table": False})
-    records = benchserver.server_records(PLAN, load_result(), dict(META, run_dir=str(run_dir)))
-    plugin.v2_runner_on_ok(mock.MagicMock(_result={"ansible_facts": {"bench_run_results": records}}))
-    plugin.v2_playbook_on_stats(AggregateStats())
+    action({"plan": PLAN, "result": load_result(), "raw_dir": str(run_dir / "raw"),
+            "meta": dict(META, run_dir=str(run_dir))}).run(task_vars={})
+    write_report(str(run_dir), str(run_dir / "report.md"), str(tmp_path / "results.jsonl"))
     modes = [json.loads(line)["mode"] for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert modes == ["server", "server", "server-load", "server-load"]
     assert "### llama.cpp RPC, tiny, unshaped" in (run_dir / "report.md").read_text()
-    assert os.path.exists(run_dir / "report.md")
 
 
 def refuse(literal):
