@@ -21,6 +21,7 @@ class FilterModule:
     def filters(self) -> Dict[str, Callable[..., Any]]:
         return {
             "serve_settings_problems": _raising(serve.settings_problems),
+            "serve_api_key_problems": _raising(serve.api_key_problems),
             "serve_supervisor_config": _raising(serve.supervisor_config),
             "serve_peer_units": _raising(serve.peer_units),
             "serve_known_hosts": _raising(serve.known_hosts),

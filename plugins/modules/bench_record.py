@@ -8,8 +8,8 @@ description:
   - Runs on the controller after bench.yml fetched each rank's C(run.tar) into C(raw_dir)/<host>/<unit>/<run_label>/.
     Unpacks them, judges the run (every failed rank named, cause first, with host, exit status and its meaning,
     and the last lines of its stderr) and parses the head's perf lines.
-  - A good run writes C(judged.json) in the head's log directory (the plan, each rank's state and C(meta)):
-    the report is made from those files and the raw logs (M(prima.cluster.bench_write_report)), not from facts.
+  - A good run writes C(judged.json) in the head's log directory (the plan, each rank's state and C(meta)).
+    The report is made from those files and the raw logs (M(prima.cluster.bench_write_report)), not from facts.
   - A head that exited 0 with its log cut before the perf lines sets C(bench_run_attempt) to the next attempt
     while fewer than C(retries) attempts were made, and writes C(lost.json) naming the cut log; then it fails.
   - Any failed rank fails the task and leaves the raw logs where they are.
@@ -64,11 +64,11 @@ record:
   returned: when the run succeeded
 judged:
   description: The judged.json written beside the head's logs.
-  type: path
+  type: str
   returned: when the run succeeded
 run_dir:
   description: The run directory (the parent of C(raw_dir)).
-  type: path
+  type: str
   returned: always
 lost:
   description: The unit, run and head stderr of a run whose log was cut, when it is tried again.

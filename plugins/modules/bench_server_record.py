@@ -62,6 +62,6 @@ judged:
   returned: when every measured sequential request succeeded
 run_dir:
   description: The run directory (the parent of C(raw_dir)).
-  type: path
+  type: str
   returned: when every measured sequential request succeeded
 """

@@ -47,11 +47,11 @@ EXAMPLES = r"""
 RETURN = r"""
 report:
   description: The report written.
-  type: path
+  type: str
   returned: success
 results:
   description: The results file appended to, or null.
-  type: path
+  type: str
   returned: success
 appended:
   description: How many measured runs were appended.

@@ -27,6 +27,21 @@ TIMEOUT_EXITS = {124: "stopped by its time limit (timeout)", 125: "timeout(1) it
                  126: "its program could not be run", 127: "its program was not found"}
 
 
+# The key every request to a served ring carries (llama-server's --api-key-file): serve.yml, bench.yml -e
+# mode=server and the serve role check it here, and only here.
+API_KEY_MIN = 16
+API_KEY_FIX = 'ansible-vault encrypt_string "$(openssl rand -hex 24)" --name vault_serve_api_key'
+
+
+def api_key_problems(key: Any, variable: str = "vault_serve_api_key", purpose: str = "") -> List[str]:
+    """Why `key` cannot be the server's API key: not text, shorter than API_KEY_MIN, or holding a blank (an empty
+    line of the key file would be skipped by llama-server, leaving a server that takes any request)."""
+    if isinstance(key, str) and len(key) >= API_KEY_MIN and not any(character.isspace() for character in key):
+        return []
+    return ["%s: %sset it in the vault, %d characters or more with no blank or newline in it: %s"
+            % (variable, purpose + "; " if purpose else "", API_KEY_MIN, API_KEY_FIX)]
+
+
 def settings_problems(settings: Mapping[str, Any], rank_ports: Sequence[int] = ()) -> List[str]:
     """The serve role's settings, checked before any node is touched; each problem names its variable and fix."""
     problems = []  # type: List[str]

@@ -3,7 +3,6 @@
 and what the report and results.jsonl make of them (benchreport.py, the bench_report callback)."""
 
 import json
-import os
 from unittest import mock
 
 import pytest

@@ -185,3 +185,16 @@ def test_a_stalled_rank_reads_as_the_launchers_watchdog_said():
     assert serve.failure_text(failure, "prima") == ("rank 1 on n1 (worker): exited 119: stalled: no output and no "
                                                     "traffic for 300 s, at 2026-12-03T10:00:00Z")
     assert {unit["stall_s"] for unit in server_plan("prima")["units"].values()} == {0}  # idle is not a stall
+
+
+@pytest.mark.parametrize("key", [None, 1234567890123456789, "", "short", "fifteen-chars-x", " " * 20,
+                                 "sixteen-chars-ok\n", "with a blank in it here"])
+def test_an_api_key_that_cannot_guard_the_server_is_refused_naming_the_variable_and_the_fix(key):
+    [problem] = serve.api_key_problems(key, "vault_serve_api_key", "every request must carry it")
+    assert problem.startswith("vault_serve_api_key: every request must carry it; set it in the vault, 16 characters")
+    assert problem.endswith('ansible-vault encrypt_string "$(openssl rand -hex 24)" --name vault_serve_api_key')
+
+
+def test_a_good_api_key_passes_and_is_never_in_a_message():
+    assert serve.api_key_problems("sixteen-chars-ok") == [] and serve.api_key_problems("x" * 40) == []
+    assert "short-key" not in " ".join(serve.api_key_problems("short-key"))
