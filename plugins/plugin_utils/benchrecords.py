@@ -106,6 +106,14 @@ def _entry(path: str) -> Dict[str, Any]:
     return entry
 
 
+def _host_name(value: Any, path: str) -> str:
+    """A host as a directory name of raw/: one path component, so a record never points outside its run."""
+    name = str(value)
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise RecordsError("%s: %r is not a host name this collection writes" % (path, value))
+    return name
+
+
 def entry_records(raw_dir: str, path: str, entry: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """The records of one judged run, its figures parsed again from its raw logs."""
     plan, meta = entry["plan"], entry["meta"]
@@ -114,8 +122,10 @@ def entry_records(raw_dir: str, path: str, entry: Mapping[str, Any]) -> List[Dic
         if entry["kind"] == SERVER:
             return server_records(plan, read_json(os.path.join(directory, LOAD)), meta)
         # Each rank's logs sit under its own host, at the same place below it as the head's.
-        below = os.path.relpath(directory, os.path.join(raw_dir, plan["head"]))
-        ranks = [dict(rank, stderr=read_text(os.path.join(raw_dir, str(rank["host"]), below, "stderr")))
+        below = os.path.relpath(directory, os.path.join(raw_dir, _host_name(plan["head"], path)))
+        if below.startswith(".."):
+            raise RecordsError("%s: not below the logs of its head, %s" % (path, plan["head"]))
+        ranks = [dict(rank, stderr=read_text(os.path.join(raw_dir, _host_name(rank["host"], path), below, "stderr")))
                  for rank in entry["ranks"]]
         head = [rank for rank in ranks if rank.get("role") == "head"]
         if not head:
@@ -198,9 +208,18 @@ def write_report(run_dir: str, report: str, results: Optional[str] = None, plots
     # The first report's plots sit beside it; a report made again gets its own, never over the first's.
     report_dir, name = os.path.split(report)
     plot_dir = report_dir if name == "report.md" else os.path.join(report_dir, os.path.splitext(name)[0] + "-plots")
-    text, main_table = render_report(found.records, found.profile, found.repeated,
-                                     plot_dir=plot_dir if plots else None, report_dir=report_dir)
-    with open(report, "x", encoding="utf-8") as handle:
-        handle.write(text)
-    appended = append_results(results, found.records) if results else 0
+    try:
+        text, main_table = render_report(found.records, found.profile, found.repeated,
+                                         plot_dir=plot_dir if plots else None, report_dir=report_dir)
+        with open(report, "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise RecordsError("%s: cannot be written (%s)" % (error.filename or report, error.strerror)) from error
+    try:
+        appended = append_results(results, found.records) if results else 0
+    except OSError as error:
+        # A report without its lines in results.jsonl would be kept as if it had them: neither is kept.
+        os.unlink(report)
+        raise RecordsError("%s: cannot be appended to (%s); the report was not kept either"
+                           % (results, error.strerror)) from error
     return Written(report, results, appended, main_table)

@@ -335,10 +335,16 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
     # allow_nan=False: NaN and Infinity are not JSON; every figure was checked (perflog), this makes sure. All
     # lines are made before any is written, so that a refused one leaves the file as it was.
     lines = [json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in measured]
-    with open(path, "a", encoding="utf-8") as handle:
-        # Two runs ending at once never interleave their lines.
+    with open(path, "a+b") as handle:
+        # Two runs ending at once never interleave their lines; a last line left without its newline (an edit by
+        # hand) gets one, so that the first new line is not glued to it.
         fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.writelines(lines)
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() > 0:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
+                lines.insert(0, "\n")
+        handle.write("".join(lines).encode("utf-8"))
     return len(measured)
 
 

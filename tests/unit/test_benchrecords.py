@@ -291,3 +291,39 @@ def test_a_report_made_again_draws_its_plots_apart_from_the_first(run_dir):
     assert os.path.exists(os.path.join(run_dir, "report-again-x-plots", plot))
     with open(os.path.join(run_dir, plot), "rb") as handle:
         assert handle.read() == drawn
+
+
+@pytest.mark.parametrize("host", ["..", "../../etc", "", "a/b"])
+def test_a_record_pointing_outside_its_run_is_refused(run_dir, host):
+    path = judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)["judged"]
+    with open(path) as handle:
+        entry = json.load(handle)
+    entry["ranks"][0]["host"] = host
+    benchrecords.write_json(path, entry)
+    with pytest.raises(benchrecords.RecordsError, match="is not a host name this collection writes"):
+        benchrecords.read_run_dir(run_dir)
+
+
+def test_a_report_that_cannot_be_written_is_named_and_nothing_is_appended(run_dir, tmp_path):
+    judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
+    results = tmp_path / "reports" / "results.jsonl"
+    with pytest.raises(benchrecords.RecordsError, match="absent/report.md: cannot be written"):
+        benchrecords.write_report(run_dir, str(tmp_path / "absent" / "report.md"), str(results))
+    assert not results.exists()
+
+
+def test_results_that_cannot_be_appended_keep_no_report(run_dir, tmp_path):
+    judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
+    report = os.path.join(run_dir, "report.md")
+    with pytest.raises(benchrecords.RecordsError, match="cannot be appended to .*; the report was not kept either"):
+        benchrecords.write_report(run_dir, report, str(tmp_path / "absent" / "results.jsonl"))
+    assert not os.path.exists(report)
+
+
+def test_a_results_file_whose_last_line_lost_its_newline_stays_one_object_a_line(run_dir, tmp_path):
+    judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
+    results = tmp_path / "reports" / "results.jsonl"
+    results.write_text('{"earlier": 1}')
+    benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
+    lines = results.read_text().splitlines()
+    assert json.loads(lines[0]) == {"earlier": 1} and json.loads(lines[1])["runtime"] == "single"
