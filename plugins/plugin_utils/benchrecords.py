@@ -140,7 +140,8 @@ def read_run_dir(run_dir: str) -> RunRecords:
     """Every record of a run directory in the order its runs were judged, its profile and its cut logs."""
     raw_dir = os.path.join(run_dir, "raw")
     if not os.path.isdir(raw_dir):
-        raise RecordsError("%s: no raw/ here; give the directory of one bench.yml run (reports/<run id>)" % run_dir)
+        raise RecordsError("%s: no raw/ here; -e run_dir names the directory of one bench.yml run, like reports/RUN_ID"
+                           % run_dir)
     entries = sorted(((path, _entry(path)) for path in judged_files(raw_dir)), key=lambda item: item[1]["sequence"])
     records = []  # type: List[Dict[str, Any]]
     for path, entry in entries:

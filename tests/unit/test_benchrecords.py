@@ -166,7 +166,7 @@ def test_an_existing_report_is_kept_and_nothing_is_appended(run_dir, tmp_path):
 def test_a_run_directory_without_a_judged_run_writes_nothing(run_dir, tmp_path):
     with pytest.raises(benchrecords.RecordsError, match="holds no judged run"):
         benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(tmp_path / "results.jsonl"))
-    with pytest.raises(benchrecords.RecordsError, match="no raw/ here; give the directory of one bench.yml run"):
+    with pytest.raises(benchrecords.RecordsError, match="no raw/ here; -e run_dir names the directory of one bench.yml run"):
         benchrecords.read_run_dir(str(tmp_path))
     assert not os.path.exists(os.path.join(run_dir, "report.md")) and not (tmp_path / "results.jsonl").exists()
 
