@@ -6,54 +6,19 @@ stopped (running, exit status), whether the stop left nothing behind, and its st
 figures the report and results.jsonl are made of.
 """
 
-import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.benchlog import parse_prima_rank, profile_summary
+from ansible_collections.prima.cluster.plugins.plugin_utils.exitstatus import STALL_EXIT, status_words
 from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse_perf
 
 # What run_record and the judging read of a plan (as the launch role's launch_plans gives it).
 PLAN_KEYS = ("name", "runtime", "model", "world", "hosts", "split")
 
-# The launcher's status for a rank its watchdog stopped (roles/launch/files/rank_watchdog.py, which holds the
-# same number and words, as do plugin_utils/serve.py and the serve supervisor; a test holds them equal).
-STALL_EXIT = 119
-STALL_WORDS = "stalled: no output and no traffic for %s"
-
-# Exit statuses of `timeout CMD` and of a shell's child: 124 is timeout's own.
-NAMED_STATUSES = {
-    0: "ok",
-    1: "error",
-    124: "hang: killed by its timeout",
-    125: "timeout(1) itself failed",
-    126: "not executable",
-    127: "command not found",
-    134: "abort (SIGABRT)",
-    137: "killed (SIGKILL)",
-    139: "segfault (SIGSEGV)",
-    141: "broken pipe (SIGPIPE): its peer went away",
-    143: "terminated (SIGTERM)",
-}
-
-
-def stall_words(stalled_s: Optional[int]) -> str:
-    """What a stalled rank did not do, and for how long (launch_stall_s, from the rank's status)."""
-    return STALL_WORDS % ("%d s" % stalled_s if stalled_s is not None else "its launch_stall_s")
-
 
 def exit_meaning(status: Optional[int], stalled_s: Optional[int] = None) -> str:
-    if status is None:
-        return "still running"
-    if status == STALL_EXIT:
-        return stall_words(stalled_s)
-    if status in NAMED_STATUSES:
-        return NAMED_STATUSES[status]
-    if status > 128:
-        try:
-            return "killed by %s" % signal.Signals(status - 128).name
-        except ValueError:
-            return "killed by signal %d" % (status - 128)
-    return "error"
+    """The exit status in words (plugin_utils/exitstatus.py); None: the rank still runs."""
+    return "still running" if status is None else status_words(status, stalled_s)
 
 
 def tail(text: str, lines: int) -> str:

@@ -12,19 +12,13 @@ import shlex
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.exitstatus import status_words
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport import known_hosts_name, ssh_endpoint
 
 # prima.cpp's llama-server segfaults in its own cleanup on every shutdown at the pinned commit (SIGTERM: it
 # stops the ring, then exits 139). A stop that ends so is clean; a 139 while serving is a crash.
 PRIMA_SHUTDOWN_EXIT = 139
 CLEAN_STOP_EXITS = (0, 128 + signal.SIGTERM)
-# The launcher's status for a rank its watchdog stopped, launch_server_stall_s (roles/launch/files/rank_watchdog.py;
-# the same number and words are in plugin_utils/benchrun.py and the supervisor, a test holds them equal).
-STALL_EXIT = 119
-STALL_WORDS = "stalled: no output and no traffic for %s"
-# timeout(1)'s own statuses (the ranks run under it).
-TIMEOUT_EXITS = {124: "stopped by its time limit (timeout)", 125: "timeout(1) itself failed",
-                 126: "its program could not be run", 127: "its program was not found"}
 
 
 # The key every request to a served ring carries (llama-server's --api-key-file): serve.yml, bench.yml -e
@@ -145,24 +139,10 @@ def exit_meaning(code: Optional[int], runtime: str = "", role: str = "", stoppin
     code = int(code)
     if code == 0:
         return "exited 0"
-    if code == STALL_EXIT:
-        seconds = "%d s" % stalled_s if stalled_s is not None else "its launch_server_stall_s"
-        return "exited %d: %s" % (code, STALL_WORDS % seconds)
     if stopping and runtime == "prima" and role == "head" and code == PRIMA_SHUTDOWN_EXIT:
         return ("exited 139 (SIGSEGV) on shutdown: prima.cpp's llama-server does so on every stop at the pinned "
                 "commit, a clean stop")
-    if code in TIMEOUT_EXITS:
-        return "exited %d: %s" % (code, TIMEOUT_EXITS[code])
-    if 128 < code < 128 + 65:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            name = "signal %d" % (code - 128)
-        what = {"SIGKILL": "killed (SIGKILL: the OOM killer or kill -9)", "SIGTERM": "stopped by SIGTERM",
-                "SIGSEGV": "crashed (SIGSEGV)", "SIGABRT": "aborted (SIGABRT: an assert or a lost RPC peer)",
-                "SIGPIPE": "died of SIGPIPE (its peer's connection closed)"}.get(name, "killed by %s" % name)
-        return "exited %d: %s" % (code, what)
-    return "exited %d (an error of the program)" % code
+    return "exited %d: %s" % (code, status_words(code, stalled_s, "launch_server_stall_s"))
 
 
 def failure_text(failure: Optional[Mapping[str, Any]], runtime: str) -> str:

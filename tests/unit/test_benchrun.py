@@ -23,8 +23,9 @@ def rank(number, role, exit=None, stderr="", **extra):
 
 
 @pytest.mark.parametrize("status, meaning", [
-    (None, "still running"), (0, "ok"), (124, "hang: killed by its timeout"), (134, "abort (SIGABRT)"),
-    (139, "segfault (SIGSEGV)"), (141, "broken pipe (SIGPIPE): its peer went away"), (137, "killed (SIGKILL)"),
+    (None, "still running"), (0, "ok"), (124, "hang: killed by its timeout"),
+    (134, "abort (SIGABRT): an assert, or a lost RPC peer"),
+    (139, "segfault (SIGSEGV)"), (141, "broken pipe (SIGPIPE): its peer went away"), (137, "killed (SIGKILL), by kill -9 or the OOM killer"),
     (130, "killed by SIGINT"), (2, "error"),
 ])
 def test_exit_meaning(status, meaning):
@@ -88,7 +89,8 @@ def test_prima_workers_exit_0_after_the_head_and_removed_ranks_are_fine():
 def test_prima_head_hang_after_a_killed_worker():
     ranks = [rank(0, "head", 124, "", ended=70.0), rank(1, "worker", 137, "a\nb", ended=10.0), rank(2, "worker", None)]
     problems = rank_problems("prima", ranks, tail_lines=1)
-    assert problems[0] == "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL)\n" \
+    assert problems[0] == "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL), by kill -9 or the " \
+                          "OOM killer\n" \
                           "  last lines of its stderr:\n    b"
     assert problems[1] == "rank 0 (n0, prima head) exited 124: hang: killed by its timeout\n  (its stderr is empty)"
 

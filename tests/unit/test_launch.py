@@ -521,10 +521,10 @@ wd = load_watchdog()
 
 def test_the_stall_status_and_words_are_one_definition():
     """The watchdog, the launcher and the bench's judging say the same (the serve side: test_serve_supervisor)."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun
+    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun, exitstatus
 
-    assert wd.STALL_EXIT == benchrun.STALL_EXIT == 119
-    assert wd.STALL_WORDS == benchrun.STALL_WORDS
+    assert wd.STALL_EXIT == exitstatus.STALL_EXIT == 119
+    assert wd.STALL_WORDS == exitstatus.STALL_WORDS
     assert wd.stall_words(3) == benchrun.exit_meaning(119, 3) == "stalled: no output and no traffic for 3 s"
     with open(os.path.join(ROOT, "templates", "launch", "rank.sh.j2")) as template:
         assert "\nstall_exit=%d " % wd.STALL_EXIT in template.read()

@@ -108,13 +108,14 @@ def test_peer_units_are_the_workers_only():
 @pytest.mark.parametrize("code, stopping, runtime, words", [
     (None, False, "prima", "no exit status"),
     (0, False, "prima", "exited 0"),
-    (137, False, "llama_rpc", "killed (SIGKILL"),
-    (134, False, "llama_rpc", "aborted (SIGABRT"),
+    (137, False, "llama_rpc", "exited 137: killed (SIGKILL)"),
+    (134, False, "llama_rpc", "exited 134: abort (SIGABRT)"),
     (139, True, "prima", "a clean stop"),
-    (139, False, "prima", "crashed (SIGSEGV)"),
-    (139, True, "llama_rpc", "crashed (SIGSEGV)"),
-    (124, False, "prima", "time limit"),
-    (1, False, "prima", "exited 1 (an error of the program)"),
+    (139, False, "prima", "exited 139: segfault (SIGSEGV)"),
+    (139, True, "llama_rpc", "exited 139: segfault (SIGSEGV)"),
+    (124, False, "prima", "exited 124: hang: killed by its timeout"),
+    (1, False, "prima", "exited 1: error"),
+    (130, False, "prima", "exited 130: killed by SIGINT"),
     (119, False, "prima", "exited 119: stalled: no output and no traffic for its launch_server_stall_s"),
 ])
 def test_exit_meaning(code, stopping, runtime, words):
@@ -128,7 +129,7 @@ def test_status_lines_name_the_failed_rank_and_its_stderr():
                               "stderr_tail": ["llama_model_load: ok", "killed"]}}
     lines = serve.status_lines(state)
     assert lines[0] == "serve-prima-tiny: failed (runtime prima, model tiny)"
-    assert "last failure: rank 1 on n1 (worker): exited 137: killed (SIGKILL: the OOM killer or kill -9), at " \
+    assert "last failure: rank 1 on n1 (worker): exited 137: killed (SIGKILL), by kill -9 or the OOM killer, at " \
            "2026-12-03T10:00:00Z" in lines
     lost = dict(state["last_failure"], exit=None, phase="starting",
                 message="rank 1 (worker on n1): lost contact: ssh exited 255")

@@ -73,7 +73,8 @@ def test_status_lines_and_what_an_ended_wait_means():
     line = '{"running": false, "pid": 12, "exit": 137, "ended": 1.5}'
     assert sv.parse_status("noise\n" + line + "\n") == json.loads(line)
     assert sv.parse_status("") is None and sv.parse_status("[1]\n{\"a\": 1}") is None
-    assert sv.watch_outcome(json.loads(line), 0, "ssh") == (137, "exited with status 137 (SIGKILL)")
+    assert sv.watch_outcome(json.loads(line), 0, "ssh") == (
+        137, "exited with status 137: killed (SIGKILL), by kill -9 or the OOM killer")
     assert sv.watch_outcome(None, 255, "ssh") == (None, "lost contact: ssh exited 255")
     assert sv.watch_outcome({"running": False, "exit": None}, 0, "ssh")[0] is None
 
@@ -420,7 +421,8 @@ def test_a_killed_worker_restarts_the_whole_ring(ring):
     failure = state["last_failure"]
     assert (failure["rank"], failure["host"], failure["role"], failure["exit"]) == (1, "n1", "worker", 137)
     assert (failure["generation"], failure["phase"]) == (1, "running")
-    assert failure["message"] == "rank 1 (worker on n1): exited with status 137 (SIGKILL)"
+    assert failure["message"] == ("rank 1 (worker on n1): exited with status 137: killed (SIGKILL), by kill -9 or "
+                                  "the OOM killer")
     assert failure["stderr_tail"] == ["worker ready on port %d" % up.ports[1]]
     assert "restarting (1 of 3) in 0.2 s" in up.log.read_text()
     assert not os.path.exists("/proc/%d" % head_before)  # the head was restarted too
@@ -608,11 +610,15 @@ def test_the_health_probes_watchdog_is_the_load_clients():
 def test_the_stall_words_are_the_controllers():
     """The supervisor stands alone on its node: its copy of the stall status and words is held to serve.py's (and
     the bench's and the watchdog's, which writes them)."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun, serve
+    from ansible_collections.prima.cluster.plugins.plugin_utils import exitstatus, serve
     from test_launch import wd
 
-    assert sv.STALL_EXIT == serve.STALL_EXIT == benchrun.STALL_EXIT == wd.STALL_EXIT == 119
-    assert sv.STALL_WORDS == serve.STALL_WORDS == benchrun.STALL_WORDS == wd.STALL_WORDS
+    assert sv.STALL_EXIT == exitstatus.STALL_EXIT == wd.STALL_EXIT == 119
+    assert sv.STALL_WORDS == exitstatus.STALL_WORDS == wd.STALL_WORDS
+    # The supervisor's copy of the controller's table, word for word.
+    assert sv.STATUS_WORDS == exitstatus.STATUS_WORDS
+    for status in list(exitstatus.STATUS_WORDS) + [119, 2, 130, 200, 255]:
+        assert sv.status_words(status) == exitstatus.status_words(status, None, "launch_server_stall_s")
     line = '{"running": false, "pid": 12, "exit": 119, "ended": 1.5, "stalled": 120}'
     assert sv.watch_outcome(json.loads(line), 0, "ssh") == (
         119, "exited with status 119: stalled: no output and no traffic for 120 s")

@@ -74,23 +74,44 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-# rank.sh's status for a rank its watchdog stopped (launch_server_stall_s; roles/launch/files/rank_watchdog.py).
-# The controller's copy is plugin_utils/serve.py; a test holds the two equal.
+# A copy of the controller's plugin_utils/exitstatus.py (this program runs on a node without the collection);
+# tests/unit/test_serve_supervisor.py holds the two equal. STALL_EXIT is rank.sh's status for a rank its
+# watchdog stopped (launch_server_stall_s; roles/launch/files/rank_watchdog.py).
 STALL_EXIT = 119
 STALL_WORDS = "stalled: no output and no traffic for %s"
+STATUS_WORDS = {
+    0: "ok",
+    1: "error",
+    124: "hang: killed by its timeout",
+    125: "timeout(1) itself failed",
+    126: "not executable",
+    127: "command not found",
+    134: "abort (SIGABRT): an assert, or a lost RPC peer",
+    137: "killed (SIGKILL), by kill -9 or the OOM killer",
+    139: "segfault (SIGSEGV)",
+    141: "broken pipe (SIGPIPE): its peer went away",
+    143: "terminated (SIGTERM)",
+}
+
+
+def status_words(status: int, stalled_s: Optional[int] = None, stall_setting: str = "launch_server_stall_s") -> str:
+    """The words for an exit status; a stall names its seconds (the rank's `stalled`), else the setting."""
+    if status == STALL_EXIT:
+        return STALL_WORDS % ("%d s" % stalled_s if stalled_s is not None else "its " + stall_setting)
+    if status in STATUS_WORDS:
+        return STATUS_WORDS[status]
+    if 128 < status < 128 + 65:
+        try:
+            return "killed by %s" % signal.Signals(status - 128).name
+        except ValueError:
+            return "killed by signal %d" % (status - 128)
+    return "error"
 
 
 def exit_meaning(exit_code: int, stalled_s: Optional[int] = None) -> str:
-    """' (SIGKILL)' for 137: a shell's and `timeout`'s way of telling that the process died of a signal; for
-    STALL_EXIT, the watchdog's words with its seconds (the `stalled` of the rank's status)."""
-    if exit_code == STALL_EXIT:
-        return ": " + STALL_WORDS % ("%d s" % stalled_s if stalled_s is not None else "its launch_stall_s")
-    if 128 < exit_code < 128 + 65:
-        try:
-            return " (%s)" % signal.Signals(exit_code - 128).name
-        except ValueError:
-            return ""
-    return ""
+    """': killed (SIGKILL)' for 137, after "exited with status 137" (the ranks run under timeout(1), which passes a
+    signal's 128+N); for STALL_EXIT, the watchdog's words with its seconds (the `stalled` of the rank's status)."""
+    return "" if exit_code == 0 else ": " + status_words(exit_code, stalled_s)
 
 
 # ---- the config
