@@ -35,6 +35,8 @@ def installed(tmp_path_factory):
     assert done.returncode == 0 and "was installed successfully" in done.stdout, done.stdout
     root = work / "collections" / "ansible_collections" / "prima" / "cluster"
     assert not (root / ".collections").exists() and not (root / "requirements.lock").exists()
+    # The suite stays in the checkout: only the readiness suite and the sanity ignore files ship.
+    assert sorted(path.name for path in (root / "tests").iterdir()) == ["conftest.py", "readiness", "sanity"]
     return {"work": work, "env": env, "root": root}
 
 
