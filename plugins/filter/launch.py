@@ -5,7 +5,7 @@ from typing import Any, Dict, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (LaunchOptions, cluster_nodes, host_units,
-                                                                           launch_plans, one_line, rank_hosts,
+                                                                           launch_plans, c_escaped, rank_hosts,
                                                                            systemd_file_url, systemd_text,
                                                                            systemd_executable, weights_path)
 
@@ -28,7 +28,7 @@ class FilterModule:
             "launch_plans": plans,
             "launch_host_units": host_units,
             # For the templates (templates/launch): a value in a comment, a unit setting, ExecStart's executable.
-            "launch_one_line": one_line,
+            "launch_c_escaped": c_escaped,
             "launch_systemd_text": systemd_text,
             "launch_systemd_executable": systemd_executable,
             "launch_systemd_file_url": systemd_file_url,

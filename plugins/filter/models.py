@@ -1,6 +1,6 @@
 """Filters of the model catalog; the logic is in plugin_utils/catalog.py."""
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (catalog_problems,
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (model_selection_problems,
                                                                             catalog_problems_detailed,
                                                                             digest_conflicts, disk_problem,
                                                                             fact_entries, hub_query, lock_problems,
@@ -12,7 +12,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (cata
 class FilterModule:
     def filters(self):
         return {
-            "catalog_problems": catalog_problems,
+            "model_selection_problems": model_selection_problems,
             "models_merged_catalog": merged_catalog,
             "models_selection": models_selection,
             "models_files": models_files,

@@ -32,7 +32,7 @@ def models_selection(model: Any, enabled: Sequence[str], catalog: Mapping[str, A
     return list(dict.fromkeys(keys))
 
 
-def catalog_problems(model: Any, catalog: Mapping[str, Any], variable: str = "model") -> List[str]:
+def model_selection_problems(model: Any, catalog: Mapping[str, Any], variable: str = "model") -> List[str]:
     """An unknown model key, naming the known ones."""
     keys = _as_keys(model)
     if not keys:

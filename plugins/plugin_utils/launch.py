@@ -444,7 +444,7 @@ def _c_escape(match: "re.Match[str]") -> str:
     return C_ESCAPES.get(char) or ("\\x%02x" % ord(char) if ord(char) < 0x100 else "\\u%04x" % ord(char))
 
 
-def one_line(value: Any) -> str:
+def c_escaped(value: Any) -> str:
     """A value on one line (for a comment): backslashes and control characters C-escaped (\\n, \\x1b)."""
     return UNSAFE_IN_A_LINE.sub(_c_escape, str(value))
 
@@ -452,7 +452,7 @@ def one_line(value: Any) -> str:
 def systemd_text(value: Any) -> str:
     """A value of a unit setting that takes plain text (Description=, WorkingDirectory=): one line, and no
     specifiers (% doubled). A line can end in no backslash, so none continues onto the next."""
-    return one_line(value).replace("%", "%%")
+    return c_escaped(value).replace("%", "%%")
 
 
 SYSTEMD_PLAIN_WORD = re.compile(r"[A-Za-z0-9/._+:,@=-]+")
@@ -466,7 +466,7 @@ def systemd_executable(value: Any) -> str:
     text = str(value)
     if SYSTEMD_PLAIN_WORD.fullmatch(text):
         return text
-    return '"%s"' % one_line(text).replace('"', '\\"').replace("%", "%%")
+    return '"%s"' % c_escaped(text).replace('"', '\\"').replace("%", "%%")
 
 
 def systemd_file_url(path: Any) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (GIB, MIB, LaunchOptions, UnitContext,
                                                                            host_units, launch_plan, launch_plans,
-                                                                           listen_ports, one_line, rank_hosts,
+                                                                           listen_ports, c_escaped, rank_hosts,
                                                                            systemd_executable, systemd_text, usable_bytes,
                                                                            weights_path)
 
@@ -398,7 +398,7 @@ def test_systemd_values_and_comment_lines():
     assert systemd_executable("/etc/prima-bench/prima-tiny.sh") == "/etc/prima-bench/prima-tiny.sh"
     assert systemd_executable('/a b/"$HOME" 50%\\\n') == r'"/a b/\"$HOME\" 50%%\\\n"'
     assert systemd_text("a\nb%\\") == r"a\nb%%\\"
-    assert one_line("m\r\n\x1b\u2028") == r"m\r\n\x1b\u2028"
+    assert c_escaped("m\r\n\x1b\u2028") == r"m\r\n\x1b\u2028"
 
 
 def test_the_plan_refuses_unsafe_model_keys_and_file_names():

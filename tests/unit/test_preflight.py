@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import catalog_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import model_selection_problems
 from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
                                                                               cluster_ranks, layer_window_problems,
                                                                               positive_int_problems, rank_env_problems,
@@ -148,12 +148,12 @@ def test_every_role_has_an_argument_spec_for_each_default():
 
 def test_unknown_model_lists_known_keys():
     catalog = {"8b": {}, "70b": {}, "32b": {}}
-    assert catalog_problems("70b", catalog) == []
-    assert catalog_problems("8b,32b", catalog) == []
-    [problem] = catalog_problems("13b", catalog)
+    assert model_selection_problems("70b", catalog) == []
+    assert model_selection_problems("8b,32b", catalog) == []
+    [problem] = model_selection_problems("13b", catalog)
     assert "model '13b' is not in the model catalog" in problem
     assert problem.endswith("known keys: 32b, 70b, 8b")
-    [problem] = catalog_problems(None, catalog)
+    [problem] = model_selection_problems(None, catalog)
     assert problem.startswith("model is empty; pass -e model=KEY")
 
 
@@ -239,7 +239,7 @@ def test_layer_window_length_is_the_world_size():
 def test_layer_window_sums_to_each_models_layers():
     hosts, hostvars = window_hosts(2, [40, 40])
     assert layer_window_problems(hosts, hostvars, None, "70b", CATALOG) == []
-    assert layer_window_problems(hosts, hostvars, None, ["70b", "13b"], CATALOG) == []  # 13b: catalog_problems
+    assert layer_window_problems(hosts, hostvars, None, ["70b", "13b"], CATALOG) == []  # 13b: model_selection_problems
     [problem] = layer_window_problems(hosts, hostvars, None, "70b,tiny", CATALOG)
     assert problem == ("hosts n0, n1: prima_layer_window [40, 40] sums to 80 layers, but model tiny has n_layer 8; "
                        "make the counts sum to 8, pick the model it is for with -e model=KEY, or set "
