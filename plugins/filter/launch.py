@@ -27,7 +27,7 @@ class FilterModule:
             "launch_cluster_nodes": cluster_nodes,
             "launch_plans": plans,
             "launch_host_units": host_units,
-            # For the templates (templates/launch): a value in a comment, a unit setting, ExecStart's executable.
+            # For the templates (roles/launch/templates): a value in a comment, a unit setting, ExecStart's executable.
             "launch_c_escaped": c_escaped,
             "launch_systemd_text": systemd_text,
             "launch_systemd_executable": systemd_executable,

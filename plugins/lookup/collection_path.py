@@ -4,9 +4,9 @@ DOCUMENTATION = r"""
 name: collection_path
 short_description: Absolute path of a file or directory inside the prima.cluster collection
 description:
-  - Resolves each term, a path relative to the collection's root (like C(templates/launch)),
+  - Resolves each term, a path relative to the collection's root (like C(roles/launch/templates)),
     against wherever the collection is installed or checked out, so roles reach the collection's
-    shared files (the report and launch templates, the fan-out file server) without C(role_path/../..).
+    shared files (the fan-out file server) without C(role_path/../..).
   - Fails when the path does not exist, or when it leaves the collection.
 options:
   _terms:
@@ -20,7 +20,7 @@ author: prima-cluster maintainers (!UNKNOWN)
 EXAMPLES = r"""
 - name: The launch templates of this collection
   ansible.builtin.debug:
-    msg: "{{ lookup('prima.cluster.collection_path', 'templates/launch') }}"
+    msg: "{{ lookup('prima.cluster.collection_path', 'roles/launch/templates') }}"
 """
 
 RETURN = r"""

@@ -13,7 +13,7 @@ from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import
                                                                                   expected_cell, ratio_text,
                                                                                   sweep_series)
 from ansible_collections.prima.cluster.plugins.plugin_utils.loadtest import load_table
-from ansible_collections.prima.cluster.plugins.plugin_utils.paths import TEMPLATES_DIR
+from ansible_collections.prima.cluster.plugins.plugin_utils.paths import REPORT_TEMPLATE
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
 Number = Optional[float]
@@ -351,7 +351,7 @@ def append_results(path: str, records: Sequence[Mapping[str, Any]]) -> int:
 def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mapping[str, Any]],
                   repeated: Sequence[Mapping[str, Any]] = (), template: Optional[str] = None,
                   plot_dir: Optional[str] = None, report_dir: Optional[str] = None) -> Tuple[str, str]:
-    """report.md from templates/report.md.j2, and the main table for the console. With plot_dir, a
+    """report.md from roles/bench/templates/report.md.j2, and the main table for the console. With plot_dir, a
     sweep's plots are drawn there (PNG, matplotlib) and linked from the report (relative to report_dir,
     plot_dir itself when unset)."""
     import jinja2  # the controller's; the rest of this module is standard library
@@ -368,7 +368,7 @@ def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappin
         for plot in plots:
             plot["name"] = os.path.relpath(os.path.join(plot_dir, plot["name"]), report_dir or plot_dir)
 
-    path = template or os.path.join(TEMPLATES_DIR, "report.md.j2")
+    path = template or REPORT_TEMPLATE
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     context = report_context(records, profile, repeated, plots)

@@ -1,7 +1,7 @@
 """What a rank's exit status says, in words: one table for bench.yml's judging, serve.yml's status and the serve
 supervisor (pure, standard library).
 
-The ranks run under timeout(1) inside their launcher (templates/launch/rank.sh.j2): a signal shows as 128+N, and
+The ranks run under timeout(1) inside their launcher (roles/launch/templates/rank.sh.j2): a signal shows as 128+N, and
 the launcher's watchdog (roles/launch/files/rank_watchdog.py) stops a stalled rank with STALL_EXIT. The supervisor
 runs on a node without the collection and keeps a copy of this table; tests/unit/test_serve_supervisor.py holds
 the copies equal, as test_launch.py does the watchdog's.

@@ -3,11 +3,12 @@
 import os
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TEMPLATES_DIR = os.path.join(COLLECTION_ROOT, "templates")
+# The report is the bench role's; plugin_utils/benchreport.py renders it.
+REPORT_TEMPLATE = os.path.join(COLLECTION_ROOT, "roles", "bench", "templates", "report.md.j2")
 
 
 def collection_path(relative: str) -> str:
-    """`relative` (like 'templates/launch') under the collection's root; ValueError when it leaves the root."""
+    """`relative` (like 'roles/launch/templates') under the collection's root; ValueError when it leaves the root."""
     path = os.path.normpath(os.path.join(COLLECTION_ROOT, relative))
     if os.path.isabs(relative) or not (path == COLLECTION_ROOT or path.startswith(COLLECTION_ROOT + os.sep)):
         raise ValueError("%r is not a path inside the collection" % relative)

@@ -2,7 +2,7 @@
 
 The supervisor (roles/serve/files/serve_supervisor.py) runs on rank 0's node. It starts and watches every rank
 through the rank's launcher script: rank 0's directly, each peer's over SSH with a key of its own that the
-peer authorizes for one forced command (templates/serve/peer.sh.j2) and nothing else. These functions write
+peer authorizes for one forced command (roles/serve/templates/peer.sh.j2) and nothing else. These functions write
 its configuration, say what an exit status means, and turn its state file into what status prints.
 """
 

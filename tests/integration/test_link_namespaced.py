@@ -53,7 +53,7 @@ def node(tmp_path, namespace):
     state, launch = tmp_path / "state", tmp_path / "launch"
     state.mkdir()
     launch.mkdir()
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates", "link")),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "roles", "link", "templates")),
                              undefined=jinja2.StrictUndefined)
     env.filters["quote"] = shlex.quote
     guard = tmp_path / "guard"

@@ -65,8 +65,9 @@ def test_duration_seconds_rejects_garbage():
 def test_collection_paths_stay_inside_the_collection():
     from ansible_collections.prima.cluster.plugins.plugin_utils.paths import COLLECTION_ROOT, collection_path
 
-    assert collection_path("templates/report.md.j2") == os.path.join(COLLECTION_ROOT, "templates", "report.md.j2")
-    assert os.path.exists(collection_path("templates/launch/rank.sh.j2"))
+    assert collection_path("roles/bench/templates/report.md.j2") == os.path.join(
+        COLLECTION_ROOT, "roles", "bench", "templates", "report.md.j2")
+    assert os.path.exists(collection_path("roles/launch/templates/rank.sh.j2"))
     for outside in ("../shared", "/etc/passwd", "templates/../../x"):
         with pytest.raises(ValueError, match="not a path inside the collection"):
             collection_path(outside)
@@ -77,6 +78,6 @@ def test_the_lookup_names_what_is_missing():
     from ansible.plugins.loader import lookup_loader
 
     lookup = lookup_loader.get("prima.cluster.collection_path")
-    assert lookup.run(["templates"]) == [os.path.join(lookup.run(["."])[0], "templates")]
+    assert lookup.run(["roles"]) == [os.path.join(lookup.run(["."])[0], "roles")]
     with pytest.raises(AnsibleLookupError, match="nothing.txt is not in the prima.cluster collection"):
         lookup.run(["nothing.txt"])

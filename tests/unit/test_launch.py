@@ -195,7 +195,7 @@ def test_host_units_are_flat_and_named():
 def render(template, unit, **extra):
     from ansible_collections.prima.cluster.plugins.filter.launch import FilterModule
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates", "launch")),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "roles", "launch", "templates")),
                              undefined=jinja2.StrictUndefined)
     env.filters["quote"] = __import__("shlex").quote
     env.filters.update({"prima.cluster." + name: function for name, function in FilterModule().filters().items()})
@@ -526,7 +526,7 @@ def test_the_stall_status_and_words_are_one_definition():
     assert wd.STALL_EXIT == exitstatus.STALL_EXIT == 119
     assert wd.STALL_WORDS == exitstatus.STALL_WORDS
     assert wd.stall_words(3) == benchrun.exit_meaning(119, 3) == "stalled: no output and no traffic for 3 s"
-    with open(os.path.join(ROOT, "templates", "launch", "rank.sh.j2")) as template:
+    with open(os.path.join(ROOT, "roles", "launch", "templates", "rank.sh.j2")) as template:
         assert "\nstall_exit=%d " % wd.STALL_EXIT in template.read()
     assert wd.STALL_EXIT not in (0, 1, 124, 125, 126, 127) and not 128 < wd.STALL_EXIT < 128 + 65
 

@@ -1,6 +1,6 @@
 """The serve supervisor (roles/serve/files/serve_supervisor.py) and the peers' forced command
-(templates/serve/peer.sh.j2): the small decisions as pure functions, then a real ring on localhost whose ranks are
-rendered launcher scripts (templates/launch/rank.sh.j2), the workers reached through the real peer script."""
+(roles/serve/templates/peer.sh.j2): the small decisions as pure functions, then a real ring on localhost whose ranks are
+rendered launcher scripts (roles/launch/templates/rank.sh.j2), the workers reached through the real peer script."""
 
 import http.server
 import importlib.util
@@ -191,7 +191,7 @@ def test_a_pid_of_another_units_supervisor_is_not_this_units_and_is_never_stoppe
 
 
 def render_peer(path, units):
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "templates", "serve")),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "roles", "serve", "templates")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True)  # as Ansible renders
     env.filters["quote"] = __import__("shlex").quote

@@ -3,7 +3,7 @@
 
     python3 rank_watchdog.py STATE_DIR PID START_TICKS STALL_S POLL_S
 
-Started by the rank's launcher script (templates/launch/rank.sh.j2, `run`) beside the rank's `timeout`, PID, whose
+Started by the rank's launcher script (roles/launch/templates/rank.sh.j2, `run`) beside the rank's `timeout`, PID, whose
 start time (field 22 of /proc/PID/stat) is START_TICKS. prima.cpp and llama.cpp have no timeouts of their own: a
 cut network, a stuck GPU or a SIGSTOP hangs a rank, and its ring, until launch_timeout_s. A rank is busy while
 any of these moves between two polls:

@@ -11,9 +11,9 @@ stopped and started again, up to `restarts` times, with a pause that doubles eac
     python3 serve_supervisor.py stop CONFIG.json     SIGTERM to it, wait until it is gone, then `status`
     python3 serve_supervisor.py free CONFIG.json     exit 0 when nothing listens on the server's port any more
 
-Every rank is driven through the verbs of its launcher script (templates/launch/rank.sh.j2), as the rank's
+Every rank is driven through the verbs of its launcher script (roles/launch/templates/rank.sh.j2), as the rank's
 `control` argv plus the verb: the local script for the head, an ssh command for the peers, whose authorized_keys
-line forces templates/serve/peer.sh.j2. Python 3.8 and the standard library only: it runs on the nodes.
+line forces roles/serve/templates/peer.sh.j2. Python 3.8 and the standard library only: it runs on the nodes.
 """
 
 import fcntl
