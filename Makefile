@@ -13,13 +13,14 @@ SANDBOX_INVENTORY ?= inventory/sandbox-mapped.yml
 SANDBOX := -i $(SANDBOX_INVENTORY) $(if $(PRIMA_CPP_VERSION),-e prima_version=$(PRIMA_CPP_VERSION))
 PYTEST_ARGS ?=
 
-.PHONY: help venv lock collection host-deps demo test unit lint ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox variables test-deps
+.PHONY: help venv lock collection host-deps demo test unit lint figures ready sandbox-up sandbox-down sandbox-purge site-sandbox bench-sandbox serve-sandbox variables test-deps
 
 # Every target, one line each (tests/unit/test_makefile.py fails on a target missing here).
 help:
 	@echo "make demo           sandbox cluster up, site.yml on it, bench.yml (prints the report), serve.yml (a curl)"
 	@echo "make test           the whole suite (unit, lint, integration on the sandbox)"
 	@echo "make unit | lint    parts of it"
+	@echo "make figures        the benchmarks' figures into artifacts/ (on the sandbox, up: make sandbox-up)"
 	@echo "make ready          is every node ready? (INVENTORY=inventory/glows.yml; JUnit XML in artifacts/)"
 	@echo "make sandbox-up | sandbox-down | sandbox-purge"
 	@echo "                    the sandbox cluster up (fresh nodes), down, down with its caches (SANDBOX_INVENTORY)"
@@ -109,6 +110,15 @@ ready: venv
 # meta/extra_vars.yml and every role's meta/argument_specs.yml; tests/unit/test_variables_table.py holds them equal.
 variables: venv
 	$(BIN)/python tools/variables_table.py --write README.md
+
+# The figures that take minutes of runs to make, kept out of make test (which runs each benchmark's path once, on
+# fewer runs): bench.yml's overhead per measured run in both modes (every runtime, five runs), the SSH transport
+# against direct, and the parsers' speed. The sandbox must be up; site.yml first makes sure it is provisioned.
+figures: site-sandbox
+	@mkdir -p artifacts
+	$(BIN)/python benchmarks/bench_overhead.py --runtime all --runs 5 --inventory $(SANDBOX_INVENTORY)
+	$(BIN)/python benchmarks/tunnel_cost.py --runs 5
+	$(BIN)/python benchmarks/parser_speed.py | tee artifacts/parser-speed.json
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

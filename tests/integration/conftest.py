@@ -106,11 +106,23 @@ def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, An
     )
 
 
+# One line per playbook run of the suite (label, seconds, the test that ran it): where make test's time goes.
+PLAYBOOK_SECONDS = os.path.join(ARTIFACTS, "playbook-seconds.jsonl")
+
+
+def pytest_sessionstart(session) -> None:
+    if os.path.exists(PLAYBOOK_SECONDS):
+        os.remove(PLAYBOOK_SECONDS)
+
+
 def _finish(runner, started: float, label: str) -> PlaybookRun:
     seconds = time.monotonic() - started
     log_path = os.path.join(ARTIFACTS, "%s.log" % label)
     with open(log_path, "w") as handle:
         handle.write(runner.stdout.read())
+    with open(PLAYBOOK_SECONDS, "a") as handle:
+        handle.write(json.dumps({"label": label, "seconds": round(seconds, 1), "status": runner.status,
+                                 "test": os.environ.get("PYTEST_CURRENT_TEST", "")}) + "\n")
     return PlaybookRun(runner, seconds, log_path)
 
 
@@ -334,20 +346,27 @@ def running_child(node, unit):
     return int(children[0]) if children else None
 
 
+# The suite's bench of both modes: every runtime, two measured runs each (a median and a spread). benchmarks/bench_overhead.py makes its
+# figures (five runs) with `make figures`; here the same script runs as the test of both modes' reports.
+BOTH_MODES_RUNS = 2
+
+
 @pytest.fixture(scope="session")
-def overhead_runs(site_runs, tmp_path_factory):
-    """benchmarks/bench_overhead.py once on the provisioned sandbox (every runtime, 5 measured runs, mode=run then
-    mode=server): its figures and both runs' reports and output, which the tests of each mode read
-    (test_bench.py, test_bench_server.py) instead of running bench.yml again. results.jsonl starts with an earlier
-    line, which both runs must leave as it is."""
-    reports = tmp_path_factory.mktemp("overhead") / "reports"
+def both_modes_bench(site_runs, tmp_path_factory):
+    """benchmarks/bench_overhead.py once on the provisioned sandbox (every runtime, BOTH_MODES_RUNS measured runs,
+    mode=run then mode=server): its figures and both runs' reports and output, which the tests of each mode read
+    (test_bench.py, test_bench_server.py, test_installed_bench.py) instead of running bench.yml again. Its figures
+    go to a directory of the test's own (artifacts/bench-overhead.* are `make figures`'s, from five runs).
+    results.jsonl starts with an earlier line, which both runs must leave as it is."""
+    reports = tmp_path_factory.mktemp("both-modes") / "reports"
     reports.mkdir()
+    out = reports.parent / "figures"
     (reports / "results.jsonl").write_text('{"earlier": "line"}\n')
     done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "bench_overhead.py"), "--runtime", "all",
-                           "--runs", "5", "--reports", str(reports)], cwd=REPO, capture_output=True, text=True,
-                          timeout=3600, check=False)
+                           "--runs", str(BOTH_MODES_RUNS), "--reports", str(reports), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=3600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    with open(os.path.join(ARTIFACTS, "bench-overhead.json")) as handle:
+    with open(str(out / "bench-overhead.json")) as handle:
         result = json.load(handle)
     run_ids = {row["mode"]: row["run_id"] for row in result["figures"]}
     logs = {mode: (reports / ("%s.log" % run_id)).read_text() for mode, run_id in run_ids.items()}

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import (NODE_ROOT, PRIMA, REPO, STATE, assert_clean_failure, bench, rank_processes, running_child,
+from conftest import (BOTH_MODES_RUNS, NODE_ROOT, PRIMA, REPO, STATE, assert_clean_failure, bench, rank_processes, running_child,
                       wait_for)
 
 
@@ -24,17 +24,17 @@ def perflog(path):
     return json.loads(out)[0]
 
 
-def test_bench_report_matches_the_raw_logs(provisioned, overhead_runs):
-    # The mode=run bench of the overhead benchmark (conftest.overhead_runs): every runtime, 5 measured runs.
-    reports = overhead_runs["reports"]
-    run_id = overhead_runs["run_ids"]["run"]
-    stdout = overhead_runs["logs"]["run"]
+def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
+    # The mode=run bench of conftest.both_modes_bench: every runtime, BOTH_MODES_RUNS measured runs.
+    reports = both_modes_bench["reports"]
+    run_id = both_modes_bench["run_ids"]["run"]
+    stdout = both_modes_bench["logs"]["run"]
     lines = (reports / "results.jsonl").read_text().splitlines()
     assert lines[0] == '{"earlier": "line"}'
     runs = [record for record in map(json.loads, lines[1:]) if record["run_id"] == run_id]
     assert all(run["mode"] == "run" for run in runs)
     runtimes = ["prima", "llama_rpc", "single"] if PRIMA else ["llama_rpc", "single"]
-    assert sorted(run["runtime"] for run in runs) == sorted(runtimes * 5)
+    assert sorted(run["runtime"] for run in runs) == sorted(runtimes * BOTH_MODES_RUNS)
     for run in runs:
         head = run["hosts"][0]
         label = "unshaped/run%d" % (run["run_index"])

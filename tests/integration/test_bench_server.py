@@ -1,5 +1,5 @@
-"""bench.yml -e mode=server on the sandbox with the tiny model, every runtime (the overhead benchmark's server run,
-conftest.overhead_runs): llama-server loaded from rank 0 over the loopback; the records, the raw requests, the
+"""bench.yml -e mode=server on the sandbox with the tiny model, every runtime (the server run of
+conftest.both_modes_bench): llama-server loaded from rank 0 over the loopback; the records, the raw requests, the
 report's load table per runtime, and nothing left running."""
 
 import json
@@ -9,10 +9,10 @@ import re
 from conftest import NODE_ROOT, PRIMA, rank_processes, write_figures
 
 
-def test_bench_server_mode_records_sequential_and_load_levels(overhead_runs):
-    reports = overhead_runs["reports"]
-    run_id = overhead_runs["run_ids"]["server"]
-    stdout = overhead_runs["logs"]["server"]
+def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
+    reports = both_modes_bench["reports"]
+    run_id = both_modes_bench["run_ids"]["server"]
+    stdout = both_modes_bench["logs"]["server"]
     assert rank_processes() == []
     assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
     # The API key went to the server and the client, never to the log.
@@ -66,7 +66,7 @@ def test_bench_server_mode_records_sequential_and_load_levels(overhead_runs):
                       r"\| [0-9.]+ \| (\d+) \|$", report, re.M)
     assert rows == [("1", "2", "0"), ("2", "4", "0")] * len(runtimes), report
     table = report[report.index("| Clients | Requests"):].split("\n\n")[0]
-    wall_s = next(row["wall_s"] for row in overhead_runs["result"]["figures"] if row["mode"] == "server")
+    wall_s = next(row["wall_s"] for row in both_modes_bench["result"]["figures"] if row["mode"] == "server")
     kept = ("runtime", "clients", "requests", "errors", "aggregate_tps", "ttft_p50_ms", "itl_p50_ms")
     write_figures("bench-server.json", {"seconds": wall_s, "load_table": table, "runtimes": runtimes,
                                         "levels": [{key: level[key] for key in kept} for level in levels]})

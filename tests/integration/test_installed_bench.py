@@ -28,7 +28,7 @@ def headings(text):
     return [line for line in text.splitlines()[1:] if line.startswith("#") and "prima.cpp's device profile" not in line]
 
 
-def test_the_installed_collection_writes_the_report_and_results(provisioned, overhead_runs, tmp_path):
+def test_the_installed_collection_writes_the_report_and_results(provisioned, both_modes_bench, tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {key: value for key, value in os.environ.items()
@@ -53,8 +53,8 @@ def test_the_installed_collection_writes_the_report_and_results(provisioned, ove
     assert "bench report: %s (2 measured runs appended to %s)" % (report, results) in bench.stdout, bench.stdout[-3000:]
 
     # The same shape as the in-repo run (ansible.cfg, its callback): the report's sections, each line's keys.
-    in_repo = overhead_runs["reports"]
-    repo_report = (in_repo / overhead_runs["run_ids"]["run"] / "report.md").read_text()
+    in_repo = both_modes_bench["reports"]
+    repo_report = (in_repo / both_modes_bench["run_ids"]["run"] / "report.md").read_text()
     assert headings(report.read_text()) == headings(repo_report)
     lines = [json.loads(text) for text in results.read_text().splitlines()]
     repo_lines = [line for line in map(json.loads, (in_repo / "results.jsonl").read_text().splitlines()[1:])
