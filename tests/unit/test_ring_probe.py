@@ -2,9 +2,11 @@
 
 import socket
 import threading
+import time
 
 import pytest
 
+from ansible_collections.prima.cluster.plugins.module_utils import ring_probe
 from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import ACK, PING, ProbeError, probe
 
 
@@ -108,3 +110,33 @@ def test_the_probe_stays_until_a_slow_peer_has_sent_its_payload():
         assert sock.recv(1) == ACK  # the peer read it all and answered, no reset
     listener.join()
     assert results["missing_peers"] == []
+
+
+def test_handshakes_go_out_together_and_payloads_one_at_a_time(monkeypatch):
+    # A pass over peers that drop connections must cost one timeout, not one per peer (serve.yml's probe took
+    # 8 s for a 3 s timeout); payloads sent together would share the link and misread each one's throughput.
+    targets = [("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3)]
+    together = threading.Barrier(len(targets), timeout=5)
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def fake_measure(target, payload_bytes, timeout_s):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            if not payload_bytes:
+                together.wait()  # breaks (and fails the test) unless every handshake is under way at once
+            else:
+                time.sleep(0.05)
+            return 1.0, None, ""
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ring_probe, "measure", fake_measure)
+    assert [target for target, dummy in ring_probe.measure_each(targets, 0, 1.0)] == targets
+    assert most[0] == len(targets)
+    most[0] = 0
+    assert [result for dummy, result in ring_probe.measure_each(targets, 1024, 1.0)] == [(1.0, None, "")] * 3
+    assert most[0] == 1
