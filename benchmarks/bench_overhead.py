@@ -11,7 +11,7 @@ site.yml). It runs bench.yml once in each mode and times it; per mode:
 
 the heads' own time being every head process's wall time in mode=run (warm-ups and retries too, from the raw
 `wall_s` files) and every request's time as the client on rank 0 saw it in mode=server (plugins/plugin_utils/
-benchoverhead.py). It writes artifacts/bench-overhead.json and bench-overhead.md, with the commands that made
+bench_overhead.py). It writes artifacts/bench-overhead.json and bench-overhead.md, with the commands that made
 them. The goal for mode=server is 2 s or less per measured run.
 """
 
@@ -31,7 +31,7 @@ os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO, "ansible.cfg"))
 # The checkout is the collection prima.cluster, linked in under .collections (ansible.cfg's collections path).
 init_plugin_loader([os.path.join(REPO, ".collections")])
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import benchoverhead  # noqa: E402
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import overhead as bench_overhead  # noqa: E402
 
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
@@ -52,13 +52,13 @@ def bench(mode: str, args: argparse.Namespace, reports: str) -> Dict[str, Any]:
         handle.write(done.stdout)
     if done.returncode != 0:
         sys.exit("%s failed:\n%s" % (" ".join(argv), done.stdout[-4000:]))
-    records = benchoverhead.read_records(os.path.join(reports, "results.jsonl"), run_id)
+    records = bench_overhead.read_records(os.path.join(reports, "results.jsonl"), run_id)
     raw = os.path.join(reports, run_id, "raw")
     if mode == "run":
-        heads_s = benchoverhead.run_heads_s(raw, records)
+        heads_s = bench_overhead.run_heads_s(raw, records)
     else:
-        heads_s = benchoverhead.server_heads_s(benchoverhead.load_results(raw))
-    figures = benchoverhead.overhead(mode, wall_s, heads_s, benchoverhead.measured_runs(records, mode))
+        heads_s = bench_overhead.server_heads_s(bench_overhead.load_results(raw))
+    figures = bench_overhead.overhead(mode, wall_s, heads_s, bench_overhead.measured_runs(records, mode))
     figures.update({"command": " ".join(argv[1:]), "run_id": run_id,
                     "runtimes": sorted({record["runtime"] for record in records})})
     return figures
@@ -77,7 +77,7 @@ def main() -> int:
     reports = args.reports or tempfile.mkdtemp(prefix="bench-overhead-")
     os.makedirs(reports, exist_ok=True)
     figures = [bench(mode, args, reports) for mode in ("run", "server")]  # type: List[Dict[str, Any]]
-    result = {"figures": figures, "run_over_server": benchoverhead.ratio(figures), "reports": reports,
+    result = {"figures": figures, "run_over_server": bench_overhead.ratio(figures), "reports": reports,
               "how": "python3 benchmarks/bench_overhead.py --runtime %s --runs %d --model %s --clients %s: "
                      "(bench.yml wall time - the heads' own time) / measured runs, per mode"
                      % (args.runtime, args.runs, args.model, args.clients)}
@@ -85,7 +85,7 @@ def main() -> int:
     with open(os.path.join(args.out, "bench-overhead.json"), "w") as handle:
         json.dump(result, handle, indent=2, sort_keys=True)
         handle.write("\n")
-    text = "%s\n\n%s\n" % (result["how"], benchoverhead.table(figures))
+    text = "%s\n\n%s\n" % (result["how"], bench_overhead.table(figures))
     with open(os.path.join(args.out, "bench-overhead.md"), "w") as handle:
         handle.write(text)
     print(text)

@@ -4,7 +4,7 @@
 
 builds a log of N lines (100000 by default) by repeating the lines of a real prima.cpp rank-0
 stderr (tests/fixtures/benchlog/prima-b_world3-rank0.stderr: device profile table, two HiGHS
-allocation blocks, perf lines), times perflog.parse_perf and benchlog.parse_prima_rank on it, best
+allocation blocks, perf lines), times perflog.parse_perf and bench/log.py's parse_prima_rank on it, best
 of 3 with time.perf_counter, and prints one JSON object. A rank that runs for hours with verbose
 logging writes logs this long, and the controller parses every rank's log after each run.
 """
@@ -21,13 +21,14 @@ from typing import Callable, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load(name: str) -> types.SimpleNamespace:
-    """A standard-library parser of plugins/plugin_utils, loaded from its file (no collection path needed)."""
-    return types.SimpleNamespace(**runpy.run_path(os.path.join(REPO, "plugins", "plugin_utils", name + ".py")))
+def load(relative: str) -> types.SimpleNamespace:
+    """A standard-library parser under plugins/plugin_utils (like "bench/log.py"), loaded from its file (no collection
+    path needed)."""
+    return types.SimpleNamespace(**runpy.run_path(os.path.join(REPO, "plugins", "plugin_utils", relative)))
 
 
-benchlog = load("benchlog")
-perflog = load("perflog")
+bench_log = load("bench/log.py")
+perflog = load("bench/perflog.py")
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "benchlog", "prima-b_world3-rank0.stderr")
 ROUNDS = 3
@@ -63,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "lines": args.lines,
         "bytes": len(text.encode("utf-8")),
         "parse_perf_s": round(best_time(perflog.parse_perf, text), 6),
-        "parse_prima_rank_s": round(best_time(benchlog.parse_prima_rank, text), 6),
+        "parse_prima_rank_s": round(best_time(bench_log.parse_prima_rank, text), 6),
     }))
     return 0
 

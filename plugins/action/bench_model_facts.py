@@ -1,7 +1,7 @@
 """Action plugin: each model's facts from the GGUF header of its weights on a node, in one task.
 
 The gguf library is on the controller, not on the nodes: copy the first MiB of the weights
-(dd, on the node), fetch them, read them with plugin_utils/estimate.py's header_facts, clean up.
+(dd, on the node), fetch them, read them with plugin_utils/models/gguf_header.py's header_facts, clean up.
 A damaged or cut header fails the task in one line naming the model and its file on the node.
 The documentation is in plugins/modules/bench_model_facts.py.
 """
@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import HeaderCut, header_facts
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.gguf_header import HeaderCut, header_facts
 
 ARGUMENT_SPEC = {
     "models": {"type": "dict", "required": True},

@@ -1,8 +1,8 @@
 """Action plugin: judge one benchmark run from every rank's fetched logs, and keep what it read beside them.
 
 Runs on the controller after the bench role fetched each rank's stdout/stderr into
-reports/<run-id>/raw. The judging and parsing are pure functions in plugin_utils/benchrun.py, the records on
-disk are plugin_utils/benchrecords.py's; the documentation is in plugins/modules/bench_record.py.
+reports/<run-id>/raw. The judging and parsing are pure functions in plugin_utils/bench/run.py, the records on
+disk are plugin_utils/bench/records.py's; the documentation is in plugins/modules/bench_record.py.
 """
 
 import os
@@ -11,10 +11,10 @@ import tarfile
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import LOST, RUN, keep_judged, write_json
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (PLAN_KEYS, log_was_cut, rank_problems,
-                                                                             run_record)
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import drop_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.records import LOST, RUN, keep_judged, write_json
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.run import (PLAN_KEYS, log_was_cut, rank_problems,
+                                                                              run_record)
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import drop_problems
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},

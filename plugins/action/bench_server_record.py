@@ -1,7 +1,7 @@
 """Action plugin: keep one server load test (bench.yml -e mode=server) under raw/, with what its records are made of.
 
 Runs on the controller after prima.cluster.load_test ran on rank 0. The records are made by pure functions in
-plugin_utils/benchserver.py; the documentation is in plugins/modules/bench_server_record.py.
+plugin_utils/bench/server.py; the documentation is in plugins/modules/bench_server_record.py.
 """
 
 import json
@@ -10,10 +10,10 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import SERVER, keep_judged
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import PLAN_KEYS
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchserver import (raw_result, sequential_problems,
-                                                                                server_records)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.records import SERVER, keep_judged
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.run import PLAN_KEYS
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.server import (
+    raw_result, sequential_problems, server_records)
 
 ARGUMENT_SPEC = {
     "plan": {"type": "dict", "required": True},

@@ -1,6 +1,6 @@
 """Action plugin: report.md of a bench run directory from its records on disk, and its runs in results.jsonl.
 
-The run directory's records are read back and the report rendered by plugin_utils/benchrecords.py (pure
+The run directory's records are read back and the report rendered by plugin_utils/bench/records.py (pure
 functions do the parsing and the tables); the documentation is in plugins/modules/bench_write_report.py.
 """
 
@@ -10,8 +10,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import (RecordsError, again_name,
-                                                                                 newest_run_dir, write_report)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.records import (
+    RecordsError, again_name, newest_run_dir, write_report)
 
 display = Display()
 

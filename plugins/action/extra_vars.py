@@ -1,13 +1,13 @@
 """Action: refuse the command line's -e values that would be lost or misread, before anything is touched.
 
-Documented in plugins/modules/extra_vars.py; the checks are plugin_utils/extravars.py's.
+Documented in plugins/modules/extra_vars.py; the checks are plugin_utils/preflight/extra_vars.py's.
 """
 
 from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import this_command_line_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.extra_vars import this_command_line_problems
 
 
 class ActionModule(ActionBase):

@@ -1,7 +1,7 @@
 """Action: rent Glows instances under one prefix and wait until they run, or release them.
 
-On the controller, through the SDK API (plugin_utils/glowsapi.py); the decisions are pure functions in
-plugin_utils/glowsrent.py. Documented in plugins/modules/glows_rental.py.
+On the controller, through the SDK API (plugin_utils/glows/api.py); the decisions are pure functions in
+plugin_utils/glows/rental.py. Documented in plugins/modules/glows_rental.py.
 """
 
 import contextlib
@@ -16,9 +16,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import glowsrent
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import (CODE_META_KEY_TAKEN, CODE_NOT_FOUND,
-                                                                             GlowsClient, GlowsError)
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows import rental as glows_rental
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import (CODE_META_KEY_TAKEN, CODE_NOT_FOUND,
+                                                                              GlowsClient, GlowsError)
 
 display = Display()
 
@@ -105,7 +105,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
-        problems = glowsrent.prefix_problems(args["prefix"])
+        problems = glows_rental.prefix_problems(args["prefix"])
         if problems:
             raise AnsibleActionFail(problems[0])
         client = GlowsClient(args["api_url"], args["token"], retries=args["retries"], backoff_s=args["backoff_s"])
@@ -142,13 +142,13 @@ class ActionModule(ActionBase):
 
     def _rent(self, client: GlowsClient, args: Dict[str, Any]) -> Dict[str, Any]:
         prefix = args["prefix"]
-        problems = glowsrent.request_problems(args)
+        problems = glows_rental.request_problems(args)
         if problems:
             raise AnsibleActionFail("; ".join(problems))
-        decided = glowsrent.plan(client.list_all(), prefix, args)
+        decided = glows_rental.plan(client.list_all(), prefix, args)
         if decided["problems"]:
             raise AnsibleActionFail("; ".join(decided["problems"]))
-        keys = [glowsrent.rental_key(prefix, index) for index in range(args["count"])]
+        keys = [glows_rental.rental_key(prefix, index) for index in range(args["count"])]
         if self._play_context.check_mode:
             return {"changed": bool(decided["create"]), "prefix": prefix, "created": decided["create"],
                     "instances": decided["existing"],
@@ -158,7 +158,7 @@ class ActionModule(ActionBase):
         created = []  # type: List[str]
         try:
             for key in decided["create"]:
-                body = glowsrent.create_body(key, args, args["ports"])
+                body = glows_rental.create_body(key, args, args["ports"])
                 try:
                     instance = client.create(body)
                 except GlowsError as error:
@@ -185,21 +185,21 @@ class ActionModule(ActionBase):
             self._settle_record(args, client)
             raise AnsibleActionFail("%s%s" % (error, cleaned))
         self._record(args, client, keys, instances)
-        cents = glowsrent.hourly_cents(instances)
+        cents = glows_rental.hourly_cents(instances)
         return {"changed": bool(created), "prefix": prefix, "created": created,
-                "instances": [glowsrent.public_view(instance) for instance in instances],
+                "instances": [glows_rental.public_view(instance) for instance in instances],
                 "hourly_cents": cents,
                 "msg": "%d instances under prefix %s are Running (%s created now); together %s"
                        % (len(instances), prefix, len(created),
-                          "%s per hour" % glowsrent.dollars(cents) if cents is not None else "price unknown")}
+                          "%s per hour" % glows_rental.dollars(cents) if cents is not None else "price unknown")}
 
     def _wait_running(self, client: GlowsClient, keys: List[str], args: Dict[str, Any]) -> List[Dict[str, Any]]:
         started = time.monotonic()
         last_line, last_shown = "", 0.0
         while True:
-            mine = glowsrent.owned(client.list_all(), args["prefix"])
+            mine = glows_rental.owned(client.list_all(), args["prefix"])
             waited = time.monotonic() - started
-            state = glowsrent.progress(mine, keys, waited)
+            state = glows_rental.progress(mine, keys, waited)
             if state["lost"]:
                 raise AnsibleActionFail("%s disappeared while waiting for Running (cancelled from the console, or "
                                         "Glows released it)" % ", ".join(state["lost"]))
@@ -249,11 +249,12 @@ class ActionModule(ActionBase):
         if not args["rental_file"]:
             return
         try:
-            left = glowsrent.owned(client.list_all(), args["prefix"])
+            left = glows_rental.owned(client.list_all(), args["prefix"])
         except GlowsError:
             return  # the API is not answering: keep the record as it is, it may name instances still running
         if left:
-            write_rental_file(args["rental_file"], glowsrent.rental_record(args["prefix"], args["api_url"], args, left))
+            write_rental_file(args["rental_file"],
+                              glows_rental.rental_record(args["prefix"], args["api_url"], args, left))
         elif read_rental_record(args["rental_file"]).get("prefix") == args["prefix"]:
             os.unlink(args["rental_file"])
 
@@ -262,17 +263,17 @@ class ActionModule(ActionBase):
         if not args["rental_file"]:
             return
         if instances is None:
-            instances = [instance for instance in glowsrent.owned(client.list_all(), args["prefix"])
+            instances = [instance for instance in glows_rental.owned(client.list_all(), args["prefix"])
                          if instance.get("metaKey") in keys]
-        write_rental_file(args["rental_file"], glowsrent.rental_record(args["prefix"], args["api_url"], args,
-                                                                       instances))
+        write_rental_file(args["rental_file"], glows_rental.rental_record(args["prefix"], args["api_url"], args,
+                                                                          instances))
 
     # Releasing
 
     def _release(self, client: GlowsClient, args: Dict[str, Any]) -> Dict[str, Any]:
         prefix = args["prefix"]
-        mine = glowsrent.owned(client.list_all(), prefix)
-        spent = glowsrent.spent_text(mine) if mine else ""
+        mine = glows_rental.owned(client.list_all(), prefix)
+        spent = glows_rental.spent_text(mine) if mine else ""
         if self._play_context.check_mode:
             return {"changed": bool(mine), "prefix": prefix, "released": [i.get("metaKey") for i in mine],
                     "msg": "would release %s" % (", ".join(i.get("metaKey") for i in mine) or "nothing")}
@@ -286,7 +287,7 @@ class ActionModule(ActionBase):
             display.display("glows: cancelled %s (%s)" % (instance.get("metaKey"), instance.get("instanceID")))
         started = time.monotonic()
         while True:
-            left = glowsrent.owned(client.list_all(), prefix)
+            left = glows_rental.owned(client.list_all(), prefix)
             if not left:
                 break
             if time.monotonic() - started > args["wait_timeout_s"]:
@@ -307,7 +308,7 @@ class ActionModule(ActionBase):
         if not isinstance(instance_id, str) or not instance_id:
             client.cancel(meta_key=instance["metaKey"])
             return
-        problem = glowsrent.cancel_problem(instance, client.query(request_id=instance_id), prefix)
+        problem = glows_rental.cancel_problem(instance, client.query(request_id=instance_id), prefix)
         if problem:
             raise AnsibleActionFail(problem)
         client.cancel(request_id=instance_id)

@@ -1,9 +1,8 @@
-"""Filters of bench.yml's checks across ranks; the logic is in plugin_utils/benchchecks.py."""
+"""Filters of bench.yml's checks across ranks; the logic is in plugin_utils/bench/checks.py."""
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, build_commit,
-                                                                                link_shaping, model_files, network,
-                                                                                probe_payload_bytes, probe_spec,
-                                                                                rank_reports, tunnel_drops)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.checks import (
+    agreement_problems, build_commit, link_shaping, model_files, network, probe_payload_bytes, probe_spec, rank_reports,
+    tunnel_drops)
 
 
 class FilterModule:

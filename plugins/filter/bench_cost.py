@@ -1,11 +1,11 @@
 """Filters of bench.yml's cost figures: each node's price (glows_price_cent); the logic is in
-plugin_utils/benchcost.py."""
+plugin_utils/bench/cost.py."""
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchcost import Price, host_prices, price_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.cost import Price, host_prices, price_problems
 
 
 def prices(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> Dict[str, Optional[Price]]:

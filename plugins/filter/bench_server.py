@@ -1,12 +1,11 @@
-"""Filters of bench.yml -e mode=server; the logic is in plugin_utils/benchserver.py."""
+"""Filters of bench.yml -e mode=server; the logic is in plugin_utils/bench/server.py."""
 
 from typing import Any, List, Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchserver import (client_address, clients_problems,
-                                                                                clients_where, ctx_size,
-                                                                                parse_clients, server_bound_s)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.server import (
+    client_address, clients_problems, clients_where, ctx_size, parse_clients, server_bound_s)
 
 
 def clients(value: Any) -> List[int]:

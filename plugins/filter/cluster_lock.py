@@ -1,4 +1,4 @@
-"""Filters of the cluster_lock role; the logic is in plugin_utils/clusterlock.py. These adapters add what only
+"""Filters of the cluster_lock role; the logic is in plugin_utils/cluster/lock.py. These adapters add what only
 the controller knows: its host name and machine identity, the ansible-playbook process id and start, the clock,
 and whether a process runs."""
 
@@ -11,10 +11,8 @@ from typing import Any, Dict, Mapping, Optional
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.clusterlock import (bench_bound_s, format_record, judge,
-                                                                                parse_answer, parse_record,
-                                                                                process_state, same_process_space,
-                                                                                stat_start)
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.lock import (
+    bench_bound_s, format_record, judge, parse_answer, parse_record, process_state, same_process_space, stat_start)
 
 MACHINE_ID = "/etc/machine-id"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -87,7 +85,7 @@ def answer(stdout: str) -> Dict[str, Any]:
 
 def verdict(stdout: str, mine: str, default_bound_s: Any, break_lock: Any, lock_host: str,
             lock_path: str) -> Dict[str, Any]:
-    """taken, break or refuse (clusterlock.judge), with whether the holder's process runs here when it ran in
+    """taken, break or refuse (cluster/lock.py's judge), with whether the holder's process runs here when it ran in
     this same process space (machine, boot, pid namespace: never by host name)."""
     try:
         found = parse_answer(stdout)

@@ -1,4 +1,4 @@
-"""Filters of the glows_rental role; the logic is in plugin_utils/glowsrent.py."""
+"""Filters of the glows_rental role; the logic is in plugin_utils/glows/rental.py."""
 
 import json
 import secrets
@@ -6,12 +6,13 @@ from typing import Any, Dict, List, Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import glowsrent
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows import rental as glows_rental
 
 
 def glows_transport_ports(cluster_network: str, world: Any, bases: Mapping[str, Any]) -> List[Dict[str, int]]:
     """The ports each rented instance exports for the cluster transport (22 alone unless direct)."""
-    return glowsrent.transport_ports(str(cluster_network), int(world), {key: int(value) for key, value in bases.items()})
+    return glows_rental.transport_ports(str(cluster_network), int(world),
+                                        {key: int(value) for key, value in bases.items()})
 
 
 def glows_rental_prefix(given: Any, rental_file_text: Any, state: str = "present", rental_file: str = "") -> str:
@@ -32,11 +33,11 @@ def glows_rental_prefix(given: Any, rental_file_text: Any, state: str = "present
         return record["prefix"]
     if state == "absent":
         raise AnsibleFilterError("nothing to release: no -e prefix=NAME and no rental file %s" % rental_file)
-    return glowsrent.new_prefix(secrets.token_hex(4))
+    return glows_rental.new_prefix(secrets.token_hex(4))
 
 
 def glows_prefix_problems(prefix: Any) -> List[str]:
-    return glowsrent.prefix_problems(prefix)
+    return glows_rental.prefix_problems(prefix)
 
 
 class FilterModule:

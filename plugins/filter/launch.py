@@ -1,13 +1,15 @@
-"""Filters of the launch role's planner; the logic is in plugin_utils/launch.py."""
+"""Filters of the launch role's planner and of its templates' escaping; the logic is in plugin_utils/launch/plan.py
+and launch/escaping.py."""
 
 from typing import Any, Dict, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (LaunchOptions, cluster_nodes, host_units,
-                                                                           launch_plans, c_escaped, rank_hosts,
-                                                                           systemd_file_url, systemd_text,
-                                                                           systemd_executable, weights_path)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.escaping import (
+    c_escaped, systemd_executable, systemd_file_url, systemd_text)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (LaunchOptions, cluster_nodes,
+                                                                                host_units, launch_plans, rank_hosts,
+                                                                                weights_path)
 
 
 def plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],

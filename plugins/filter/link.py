@@ -1,12 +1,11 @@
-"""Filters of the link role and of bench.yml's sweeps; the logic is in plugin_utils/linkshape.py."""
+"""Filters of the link role and of bench.yml's sweeps; the logic is in plugin_utils/link/shaping.py."""
 
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_links,
-                                                                              route_source, shaping_result,
-                                                                              step_commands)
+from ansible_collections.prima.cluster.plugins.plugin_utils.link.shaping import (
+    interface_with, parse_links, route_source, shaping_result, step_commands)
 
 
 def link_steps(value: Any) -> List[Dict[str, Any]]:

@@ -1,12 +1,8 @@
-"""Filters of the model catalog; the logic is in plugin_utils/catalog.py."""
+"""Filters of the model catalog; the logic is in plugin_utils/models/catalog.py."""
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (model_selection_problems,
-                                                                            catalog_problems_detailed,
-                                                                            digest_conflicts, disk_problem,
-                                                                            fact_entries, hub_query, lock_problems,
-                                                                            lock_updates, parse_lock,
-                                                                            merged_catalog, models_files,
-                                                                            models_selection, with_hub_metadata)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import (
+    model_selection_problems, catalog_problems_detailed, digest_conflicts, disk_problem, fact_entries, hub_query,
+    lock_problems, lock_updates, parse_lock, merged_catalog, models_files, models_selection, with_hub_metadata)
 
 
 class FilterModule:

@@ -1,11 +1,8 @@
-"""Filters of the preflight's inventory checks; the logic is in plugin_utils/preflight.py."""
+"""Filters of the preflight's inventory checks; the logic is in plugin_utils/preflight/checks.py."""
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
-                                                                              cluster_ranks, layer_window_problems,
-                                                                              positive_int_problems, rank_env_problems,
-                                                                              role_argument_specs,
-                                                                              role_input_problems, runtimes_problems,
-                                                                              runtimes_selection, stall_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import (
+    choice_problems, cluster_problems, cluster_ranks, layer_window_problems, positive_int_problems, rank_env_problems,
+    role_argument_specs, role_input_problems, runtimes_problems, runtimes_selection, stall_problems)
 
 
 class FilterModule:

@@ -1,18 +1,15 @@
-"""Filters of the transport role (direct or SSH port forwards between nodes); the logic is in plugin_utils/transport.py."""
+"""Filters of the transport role (direct or SSH port forwards between nodes); the logic is in
+plugin_utils/transport/connections.py."""
 
 import re
 from typing import Any, Dict, List, Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (PortBases, authorized_key_line, choose,
-                                                                              forward_argv, forward_endpoint,
-                                                                              forward_user_problems, known_hosts_name,
-                                                                              needed_ports, network_problems,
-                                                                              port_problems, probe_targets, rank_links,
-                                                                              shell_argv, sshd_check_argv,
-                                                                              sshd_match_block, sshd_problems,
-                                                                              sshd_settings, ssh_endpoint)
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import (
+    PortBases, authorized_key_line, choose, forward_argv, forward_endpoint, forward_user_problems, known_hosts_name,
+    needed_ports, network_problems, port_problems, probe_targets, rank_links, shell_argv, sshd_check_argv,
+    sshd_match_block, sshd_problems, sshd_settings, ssh_endpoint)
 
 
 def _bases(bases: Mapping[str, Any]) -> PortBases:

@@ -1,7 +1,7 @@
 """Inventory plugin: the Glows instances of an account, as the hosts of group `cluster` in rank order.
 
-Thin: the API is plugins/plugin_utils/glowsapi.py, the choice, order, names and variables of the hosts are pure
-functions in plugins/plugin_utils/glowsinventory.py.
+Thin: the API is plugins/plugin_utils/glows/api.py, the choice, order, names and variables of the hosts are pure
+functions in plugins/plugin_utils/glows/inventory.py.
 """
 
 DOCUMENTATION = r"""
@@ -25,7 +25,7 @@ description:
     since a partial list would run the cluster on fewer nodes without a word.
   - The file must end in C(glows.yml) or C(glows.yaml).
   - What the Glows docs leave open (the list call's path and keys, the error codes, the price's unit) is listed
-    under GUESSES at the top of plugins/plugin_utils/glowsapi.py.
+    under GUESSES at the top of plugins/plugin_utils/glows/api.py.
 options:
   plugin:
     description: The name of this plugin; C(prima.cluster.glows) marks the file as its configuration.
@@ -130,10 +130,10 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.unsafe_proxy import wrap_var
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import this_command_line_problems
-from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsrent import key_index
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient, GlowsError
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows import inventory as glows_inventory
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import GlowsClient, GlowsError
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.rental import key_index
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.extra_vars import this_command_line_problems
 
 GROUP = "cluster"
 # Ansible tries a source with every enabled plugin until one parses it, and this plugin is reached twice (through
@@ -219,19 +219,19 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 client = GlowsClient(api_url, token, retries=self.get_option("retries"),
                                      backoff_s=self.get_option("backoff_s"), timeout_s=self.get_option("timeout_s"))
                 # The password is dropped at once: not even the cache may hold it.
-                instances = [glowsinventory.without_password(instance) for instance in client.list_all()]
+                instances = [glows_inventory.without_password(instance) for instance in client.list_all()]
             if update_cache:
                 self._cache[cache_key] = instances
             prefix = self.get_option("meta_key_prefix") or ""
             rental = "" if prefix else read_rental_prefix(self.get_option("rental_file") or "")
-            chosen = glowsinventory.select(instances, statuses=self.get_option("statuses") or [],
-                                           meta_key_prefix=prefix, remark=self.get_option("remark") or "",
-                                           regions=self.get_option("regions") or [])
+            chosen = glows_inventory.select(instances, statuses=self.get_option("statuses") or [],
+                                            meta_key_prefix=prefix, remark=self.get_option("remark") or "",
+                                            regions=self.get_option("regions") or [])
             if rental:
                 # Exactly the keys release cancels (<prefix>-<index>): a "starts with" test would take rental
                 # "x-1"'s node x-1-0 into rental "x", a node that x's release never cancels.
                 chosen = [instance for instance in chosen if key_index(rental, instance.get("metaKey")) is not None]
-            hosts = glowsinventory.inventory_hosts(chosen)
+            hosts = glows_inventory.inventory_hosts(chosen)
         except GlowsError as error:
             raise AnsibleParserError("%s (inventory %s)" % (error, path))
         self._populate(hosts, api_url)

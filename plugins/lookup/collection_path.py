@@ -35,7 +35,7 @@ import os
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.paths import collection_path
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.paths import collection_path
 
 
 class LookupModule(LookupBase):

@@ -51,7 +51,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient, GlowsError
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import GlowsClient, GlowsError
 
 
 class LookupModule(LookupBase):

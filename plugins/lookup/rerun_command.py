@@ -36,7 +36,7 @@ _raw:
 from ansible import context
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import rerun_command
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.extra_vars import rerun_command
 
 
 class LookupModule(LookupBase):

@@ -3,7 +3,7 @@
 Node-side (rank 0, over loopback by default), Python 3.8, standard library only (http.client). It only
 records: when each request was sent, when each server-sent event arrived (one monotonic clock), the events
 decoded, and what went wrong. The figures (TTFT, ITL, percentiles) are computed on the controller
-(plugin_utils/loadtest.py).
+(plugin_utils/bench/load_test.py).
 """
 
 import http.client

@@ -40,7 +40,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(bench_model_facts), by model, as plugin_utils/estimate.py's model_facts gives them.
+  description: C(bench_model_facts), by model, as plugin_utils/models/gguf_header.py's model_facts gives them.
   type: dict
   returned: success
 """

@@ -5,7 +5,7 @@ DOCUMENTATION = r"""
 module: glows_rental
 short_description: Rent Glows instances under one prefix and wait until they run, or release them
 description:
-  - Talks to the GLOWS SDK HTTP API from the controller (the client is plugins/plugin_utils/glowsapi.py; what
+  - Talks to the GLOWS SDK HTTP API from the controller (the client is plugins/plugin_utils/glows/api.py; what
     its documentation leaves open is listed there as GUESSES).
   - C(state=present) creates the instances C(<prefix>-0) .. C(<prefix>-<count-1>) that do not exist yet
     (custom_meta_key), then waits until each is C(Running) with its SSH access, printing progress. A re-run

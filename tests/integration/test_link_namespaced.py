@@ -13,7 +13,7 @@ import time
 import jinja2
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import shaping_commands, tc_notice
+from ansible_collections.prima.cluster.plugins.plugin_utils.link.shaping import shaping_commands, tc_notice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERIAL = itertools.count()

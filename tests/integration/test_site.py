@@ -4,7 +4,7 @@ working binaries on every node, and a rebuild exactly when the build inputs chan
 import pytest
 
 from conftest import NODES, PRIMA, local_fact, node, role_default, run_playbook, write_figures
-from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import version_tuple
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import version_tuple
 
 
 def test_second_run_changes_nothing(site_runs):

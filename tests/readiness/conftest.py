@@ -16,7 +16,7 @@ import pytest
 import testinfra
 import yaml
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import first_line, glance
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import first_line, glance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO, "ansible.cfg"))
@@ -101,7 +101,7 @@ def node(host, request) -> Node:
 @pytest.fixture(scope="session")
 def cluster(request) -> List[Node]:
     """Every node of the run, in rank order."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import cluster_ranks
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import cluster_ranks
 
     inventory = request.config.getoption("ansible_inventory") or ""
     specs = [spec for spec in (request.config.getoption("hosts") or "").split(",") if spec]
@@ -129,8 +129,8 @@ def transport(cluster) -> Dict[str, Any]:
 def cluster_plans(cluster):
     """The units bench.yml would run on these nodes, for the first selected model, and the catalog: the
     launch role's own planner, with its options from the same variables."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import merged_catalog, models_selection
-    from ansible_collections.prima.cluster.plugins.plugin_utils.launch import GIB, LaunchOptions, launch_plans
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import GIB, LaunchOptions, launch_plans
+    from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import merged_catalog, models_selection
 
     first = cluster[0]
     catalog = merged_catalog(first.var("models_catalog", {}), first.var("models_extra_catalog", {}))

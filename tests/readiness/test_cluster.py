@@ -7,7 +7,7 @@ import json
 import shlex
 import threading
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import agreement_problems, probe_spec
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.checks import agreement_problems, probe_spec
 
 
 def forwarders(cluster, command):

@@ -2,12 +2,12 @@
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (merged_catalog, models_files,
-                                                                            models_selection)
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import listen_ports
 from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports
-from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import (compiler_command, expected_weights,
-                                                                              version_at_least)
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import (
+    compiler_command, expected_weights, version_at_least)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import listen_ports
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import (
+    merged_catalog, models_files, models_selection)
 
 
 def prima_built(node) -> bool:

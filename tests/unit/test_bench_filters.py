@@ -2,10 +2,9 @@
 
 import json
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import (agreement_problems, link_shaping,
-                                                                                probe_payload_bytes, probe_spec,
-                                                                                rank_reports)
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import GIB, LaunchOptions, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.checks import (
+    agreement_problems, link_shaping, probe_payload_bytes, probe_spec, rank_reports)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import GIB, LaunchOptions, launch_plans
 
 CATALOG = {"tiny": {"n_layer": 8, "files": [{"name": "tiny.gguf", "size": 8000}]}}
 OPTIONS = LaunchOptions.from_mapping({
@@ -83,7 +82,7 @@ def test_rank_reports_read_what_each_host_registered():
 
 
 def test_network_rows_per_rank_and_target():
-    from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import network
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench.checks import network
 
     hostvars = {"n0": {"bench_probe_result": {"rtt_ms": {"10.0.0.1:9001": 0.2, "10.0.0.1:10001": 0.3},
                                               "throughput_mbit_s": {"10.0.0.1:9001": 940.5}}},

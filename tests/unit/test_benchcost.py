@@ -6,11 +6,11 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.filter.bench_cost import prices as prices_filter
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchcost import (cost_text, duration_text, host_prices,
-                                                                              hourly_usd, money, mtok_cell, node_price,
-                                                                              node_prices, price_cell, price_problems,
-                                                                              record_prices, report_cost, run_cost,
-                                                                              usd_per_mtok, wall_time_s)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.cost import (cost_text, duration_text, host_prices,
+                                                                               hourly_usd, money, mtok_cell, node_price,
+                                                                               node_prices, price_cell, price_problems,
+                                                                               record_prices, report_cost, run_cost,
+                                                                               usd_per_mtok, wall_time_s)
 
 
 @pytest.mark.parametrize("value, expected", [(65, 65), (65.5, 65.5), ("65", 65), (" 120 ", 120), ("0.5", 0.5),

@@ -2,10 +2,10 @@
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (expectations, expected_curve,
-                                                                                  link_gbit, sweep_series)
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, render_report,
-                                                                                results_table, sweep_table)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.estimate import (
+    expectations, expected_curve, link_gbit, sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.report import (
+    aggregate, render_report, results_table, sweep_table)
 
 NETWORK = [{"host": "n0", "target": "10.77.0.11:9001", "rtt_ms": 0.2, "mbit_s": 900.0},
            {"host": "n1", "target": "10.77.0.12:9002", "rtt_ms": 0.2, "mbit_s": 1100.0}]
@@ -96,7 +96,7 @@ def test_report_draws_the_sweep(tmp_path):
 
 
 def test_round_trip_from_the_unshaped_probe_plus_the_added_delay():
-    from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import round_trip_ms
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench.estimate import round_trip_ms
 
     row = {"network": [{"rtt_ms": 3.0}], "base_network": [{"rtt_ms": 0.2}, {"rtt_ms": 0.4}], "link_delay_ms": 2.0,
            "link_shaping": {"shaped": True, "delay_applied": True}}
@@ -108,7 +108,7 @@ def test_round_trip_from_the_unshaped_probe_plus_the_added_delay():
 
 
 def test_network_table_of_a_sweep_has_a_probe_per_step():
-    from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import networks_table
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench.report import networks_table
 
     records = [record("llama_rpc", 10.0, link=link, bits=bits) for link, bits in (("1gbit", 10 ** 9), ("10mbit", 10 ** 7))]
     records[1]["network"] = [{"host": "n0", "target": "10.77.0.11:50052", "rtt_ms": 2.5, "mbit_s": 9.6}]

@@ -2,7 +2,7 @@
 
 import json
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import benchoverhead
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import overhead as bench_overhead
 
 
 def test_run_mode_counts_every_head_run_and_divides_by_the_measured_ones(tmp_path):
@@ -18,11 +18,11 @@ def test_run_mode_counts_every_head_run_and_divides_by_the_measured_ones(tmp_pat
     records = [{"run_id": "r", "mode": "run", "unit": unit, "hosts": ["n0", "n1"], "runtime": unit.split("-", maxsplit=1)[0]}
                for unit in ("llama_rpc-tiny", "single-tiny") for dummy in range(2)]
     results.write_text("\n".join(json.dumps(record) for record in records + [{"run_id": "other"}]) + "\n")
-    read = benchoverhead.read_records(str(results), "r")
-    assert len(read) == 4 and benchoverhead.measured_runs(read, "run") == 4
-    heads = benchoverhead.run_heads_s(str(raw), read)
+    read = bench_overhead.read_records(str(results), "r")
+    assert len(read) == 4 and bench_overhead.measured_runs(read, "run") == 4
+    heads = bench_overhead.run_heads_s(str(raw), read)
     assert heads == 18.0
-    figures = benchoverhead.overhead("run", 78.0, heads, 4)
+    figures = bench_overhead.overhead("run", 78.0, heads, 4)
     assert figures["overhead_s_per_run"] == 15.0 and figures["goal_met"] is False
 
 
@@ -33,14 +33,14 @@ def test_server_mode_takes_each_request_and_level_as_the_client_saw_it(tmp_path)
     where = tmp_path / "raw" / "n0" / "serve-single-tiny" / "unshaped"
     where.mkdir(parents=True)
     (where / "load.json").write_text(json.dumps(load))
-    loads = benchoverhead.load_results(str(tmp_path / "raw"))
-    assert benchoverhead.server_heads_s(loads) == 1.75
+    loads = bench_overhead.load_results(str(tmp_path / "raw"))
+    assert bench_overhead.server_heads_s(loads) == 1.75
     records = [{"mode": "server", "warmup": True}, {"mode": "server", "warmup": False}, {"mode": "server-load"}]
-    assert benchoverhead.measured_runs(records, "server") == 1
-    server = benchoverhead.overhead("server", 4.75, 1.75, 2)
+    assert bench_overhead.measured_runs(records, "server") == 1
+    server = bench_overhead.overhead("server", 4.75, 1.75, 2)
     assert server["overhead_s_per_run"] == 1.5 and server["goal_met"] is True
-    run = benchoverhead.overhead("run", 40.0, 10.0, 2)
-    assert benchoverhead.ratio([run, server]) == 10.0
-    table = benchoverhead.table([run, server])
+    run = bench_overhead.overhead("run", 40.0, 10.0, 2)
+    assert bench_overhead.ratio([run, server]) == 10.0
+    table = bench_overhead.table([run, server])
     assert "| server | 4.8 | 1.8 | 2 | 1.50 | 2.0 (met) |" in table
-    assert benchoverhead.overhead("server", 1.0, 0.0, 0)["overhead_s_per_run"] is None
+    assert bench_overhead.overhead("server", 1.0, 0.0, 0)["overhead_s_per_run"] is None

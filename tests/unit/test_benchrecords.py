@@ -1,4 +1,4 @@
-"""A bench run's records on disk (plugin_utils/benchrecords.py) and the actions that write and read them: the
+"""A bench run's records on disk (plugin_utils/bench/records.py) and the actions that write and read them: the
 judging action leaves judged.json beside real logs, and the report and results.jsonl are made from the run
 directory alone, the same as from the records the judging made; damaged files are refused, naming them."""
 
@@ -13,8 +13,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import action_loader
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import benchrecords
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import run_record
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import records as bench_records
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.run import run_record
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PERF = os.path.join(REPO, "tests", "fixtures", "perf")
@@ -76,7 +76,7 @@ def test_the_records_read_back_are_those_the_judging_made(run_dir):
               judge(run_dir, PRIMA, "unshaped/run1", PRIMA_LOGS, 1)]
     assert all(result["judged"].endswith("/n0/%s/unshaped/%s/judged.json" % (plan["name"], label))
                for result, plan, label in zip(judged, [SINGLE, SINGLE, PRIMA], ["warmup0", "run1", "run1"]))
-    found = benchrecords.read_run_dir(run_dir)
+    found = bench_records.read_run_dir(run_dir)
     assert found.records == [result["record"] for result in judged]
     assert found.profile == PROFILE and found.repeated == []
     # prima.cpp's record reads every rank's own log, the worker's from under its host.
@@ -88,14 +88,14 @@ def test_the_records_read_back_are_those_the_judging_made(run_dir):
 def test_records_come_back_in_the_order_they_were_judged_whatever_the_paths(run_dir):
     for index, link in enumerate(["zzz", "aaa", "mmm"]):
         judge(run_dir, SINGLE, "%s/run1" % link, [SINGLE_LOG], 1, link=link, run_index=index)
-    assert [record["link"] for record in benchrecords.read_run_dir(run_dir).records] == ["zzz", "aaa", "mmm"]
+    assert [record["link"] for record in bench_records.read_run_dir(run_dir).records] == ["zzz", "aaa", "mmm"]
 
 
 def test_a_sweeps_steps_keep_their_own_logs(run_dir):
     """The same run label on two link steps: two directories, two records (one overwrote the other before)."""
     judge(run_dir, SINGLE, "1gbit/run1", [SINGLE_LOG], 1, link="1gbit")
     judge(run_dir, SINGLE, "10gbit/run1", [SINGLE_LOG], 1, link="10gbit")
-    assert [record["link"] for record in benchrecords.read_run_dir(run_dir).records] == ["1gbit", "10gbit"]
+    assert [record["link"] for record in bench_records.read_run_dir(run_dir).records] == ["1gbit", "10gbit"]
 
 
 def test_the_figures_are_parsed_again_from_the_raw_logs(run_dir):
@@ -107,7 +107,7 @@ def test_the_figures_are_parsed_again_from_the_raw_logs(run_dir):
     eval_tps = result["record"]["perf"]["eval_tps"]
     with open(stderr, "w") as handle:
         handle.write(text.replace("%.2f tokens per second" % eval_tps, "%.2f tokens per second" % (eval_tps * 2)))
-    assert benchrecords.read_run_dir(run_dir).records[0]["perf"]["eval_tps"] == pytest.approx(eval_tps * 2, 0.01)
+    assert bench_records.read_run_dir(run_dir).records[0]["perf"]["eval_tps"] == pytest.approx(eval_tps * 2, 0.01)
 
 
 def test_a_cut_log_tried_again_is_kept_for_the_report(run_dir, tmp_path):
@@ -121,10 +121,10 @@ def test_a_cut_log_tried_again_is_kept_for_the_report(run_dir, tmp_path):
     outcome = result.run(task_vars={})
     assert outcome["ansible_facts"] == {"bench_run_attempt": 1}
     judge(run_dir, SINGLE, "unshaped/run1-retry1", [SINGLE_LOG], 1)
-    found = benchrecords.read_run_dir(run_dir)
+    found = bench_records.read_run_dir(run_dir)
     assert len(found.records) == 1 and found.repeated == [outcome["lost"]]
     assert found.repeated[0]["run"] == "unshaped/run1"
-    written = benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"))
+    written = bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"))
     with open(written.report) as handle:
         assert "- single-tiny unshaped/run1: `%s`" % outcome["lost"]["stderr"] in handle.read()
 
@@ -136,7 +136,7 @@ def test_the_server_records_read_back_are_those_the_load_test_made(run_dir):
         "plan": PLAN, "result": load_result(), "raw_dir": os.path.join(run_dir, "raw"), "meta": META}).run(
             task_vars={})
     assert result["judged"] == os.path.join(os.path.dirname(result["raw"]), "judged.json")
-    assert benchrecords.read_run_dir(run_dir).records == result["records"]
+    assert bench_records.read_run_dir(run_dir).records == result["records"]
 
 
 def test_write_report_writes_the_report_then_appends_the_measured_runs(run_dir, tmp_path):
@@ -144,7 +144,7 @@ def test_write_report_writes_the_report_then_appends_the_measured_runs(run_dir, 
         judge(run_dir, SINGLE, "unshaped/%s" % ("warmup0" if index == 0 else "run%d" % index), [SINGLE_LOG], index)
     results = tmp_path / "reports" / "results.jsonl"
     results.write_text('{"earlier": 1}\n')
-    written = benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
+    written = bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
     lines = results.read_text().splitlines()
     assert lines[0] == '{"earlier": 1}' and len(lines) == 3 and written.appended == 2  # no warm-up
     assert json.loads(lines[1])["ms_per_token"] > 0
@@ -158,16 +158,17 @@ def test_an_existing_report_is_kept_and_nothing_is_appended(run_dir, tmp_path):
     report = tmp_path / "reports" / "r1" / "report.md"
     report.write_text("kept\n")
     results = tmp_path / "reports" / "results.jsonl"
-    with pytest.raises(benchrecords.RecordsError, match="report.md exists already and is kept as it is: give another"):
-        benchrecords.write_report(run_dir, str(report), str(results))
+    with pytest.raises(bench_records.RecordsError, match="report.md exists already and is kept as it is: give another"):
+        bench_records.write_report(run_dir, str(report), str(results))
     assert report.read_text() == "kept\n" and not results.exists()
 
 
 def test_a_run_directory_without_a_judged_run_writes_nothing(run_dir, tmp_path):
-    with pytest.raises(benchrecords.RecordsError, match="holds no judged run"):
-        benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(tmp_path / "results.jsonl"))
-    with pytest.raises(benchrecords.RecordsError, match="no raw/ here; -e run_dir names the directory of one bench.yml run"):
-        benchrecords.read_run_dir(str(tmp_path))
+    with pytest.raises(bench_records.RecordsError, match="holds no judged run"):
+        bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(tmp_path / "results.jsonl"))
+    with pytest.raises(bench_records.RecordsError,
+                       match="no raw/ here; -e run_dir names the directory of one bench.yml run"):
+        bench_records.read_run_dir(str(tmp_path))
     assert not os.path.exists(os.path.join(run_dir, "report.md")) and not (tmp_path / "results.jsonl").exists()
 
 
@@ -181,17 +182,17 @@ def test_a_damaged_judged_file_is_refused_naming_it(run_dir, tmp_path, damage):
     path = judge(run_dir, SINGLE, "unshaped/run2", [SINGLE_LOG], 2)["judged"]
     with open(path, "wb") as handle:
         handle.write(damage)
-    with pytest.raises(benchrecords.RecordsError) as raised:
-        benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(tmp_path / "results.jsonl"))
+    with pytest.raises(bench_records.RecordsError) as raised:
+        bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(tmp_path / "results.jsonl"))
     assert path in str(raised.value)
     assert not os.path.exists(os.path.join(run_dir, "report.md")) and not (tmp_path / "results.jsonl").exists()
 
 
 def test_an_oversized_record_is_not_read(run_dir, monkeypatch):
     path = judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)["judged"]
-    monkeypatch.setattr(benchrecords, "MAX_BYTES", os.path.getsize(path) - 1)
-    with pytest.raises(benchrecords.RecordsError, match="larger than"):
-        benchrecords.read_run_dir(run_dir)
+    monkeypatch.setattr(bench_records, "MAX_BYTES", os.path.getsize(path) - 1)
+    with pytest.raises(bench_records.RecordsError, match="larger than"):
+        bench_records.read_run_dir(run_dir)
 
 
 def test_the_report_made_again_goes_beside_the_first_and_appends_nothing(run_dir, tmp_path):
@@ -217,23 +218,23 @@ def test_the_newest_run_directory_is_the_one_made_last(tmp_path):
         if name != "no-run":
             (tmp_path / name / "raw").mkdir()
         os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
-    assert benchrecords.newest_run_dir(str(tmp_path)) == str(tmp_path / "newer")
-    with pytest.raises(benchrecords.RecordsError, match="holds no bench.yml run"):
-        benchrecords.newest_run_dir(str(tmp_path / "no-run"))
-    with pytest.raises(benchrecords.RecordsError, match="no reports here"):
-        benchrecords.newest_run_dir(str(tmp_path / "absent"))
+    assert bench_records.newest_run_dir(str(tmp_path)) == str(tmp_path / "newer")
+    with pytest.raises(bench_records.RecordsError, match="holds no bench.yml run"):
+        bench_records.newest_run_dir(str(tmp_path / "no-run"))
+    with pytest.raises(bench_records.RecordsError, match="no reports here"):
+        bench_records.newest_run_dir(str(tmp_path / "absent"))
 
 
 def test_again_name_is_dated():
     moment = datetime.datetime(2026, 12, 4, 13, 5, 9, tzinfo=datetime.timezone.utc)
-    assert benchrecords.again_name(moment) == "report-again-20261204T130509Z.md"
+    assert bench_records.again_name(moment) == "report-again-20261204T130509Z.md"
 
 
 def test_a_record_is_written_whole_or_not_at_all(tmp_path):
     path = str(tmp_path / "judged.json")
-    benchrecords.write_json(path, {"a": 1})
+    bench_records.write_json(path, {"a": 1})
     with pytest.raises(ValueError):
-        benchrecords.write_json(path, {"a": float("nan")})
+        bench_records.write_json(path, {"a": float("nan")})
     assert json.loads((tmp_path / "judged.json").read_text()) == {"a": 1}
     assert os.listdir(tmp_path) == ["judged.json"]
 
@@ -256,7 +257,7 @@ def test_the_report_and_results_carry_the_cost_from_the_nodes_price(run_dir, tmp
         judge(run_dir, SINGLE, "unshaped/%s" % ("warmup0" if index == 0 else "run1"), [SINGLE_LOG], index,
               bench_started="2026-12-02T23:50:00Z", price_cent_per_hour={"n0": 65})
     results = tmp_path / "reports" / "results.jsonl"
-    benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
+    bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
     [line] = [json.loads(text) for text in results.read_text().splitlines()]
     assert line["price_cent_per_hour"] == {"n0": 65} and line["bench_started"] == "2026-12-02T23:50:00Z"
     # $0.65/h / 3600 x (ms per token / 1000) x 1e6
@@ -270,7 +271,7 @@ def test_the_report_and_results_carry_the_cost_from_the_nodes_price(run_dir, tmp
 def test_without_a_price_the_cost_is_unknown_and_names_the_node(run_dir, tmp_path):
     judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
     results = tmp_path / "reports" / "results.jsonl"
-    benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
+    bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
     report = (tmp_path / "reports" / "r1" / "report.md").read_text()
     assert json.loads(results.read_text())["usd_per_mtok"] is None and "| Price ($/h) | unknown |" in report
     assert "Cost of this run: unknown (no price for n0: the inventory gives none;" in report
@@ -279,11 +280,11 @@ def test_without_a_price_the_cost_is_unknown_and_names_the_node(run_dir, tmp_pat
 def test_a_report_made_again_draws_its_plots_apart_from_the_first(run_dir):
     for bits, link in ((10 ** 9, "1gbit"), (10 ** 10, "10gbit")):
         judge(run_dir, PRIMA, "%s/run1" % link, PRIMA_LOGS, 1, link=link, link_bits=bits)
-    first = benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"))
+    first = bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"))
     [plot] = [name for name in os.listdir(run_dir) if name.endswith(".png")]
     with open(os.path.join(run_dir, plot), "rb") as handle:
         drawn = handle.read()
-    again = benchrecords.write_report(run_dir, os.path.join(run_dir, "report-again-x.md"))
+    again = bench_records.write_report(run_dir, os.path.join(run_dir, "report-again-x.md"))
     with open(first.report) as handle:
         assert "](%s)" % plot in handle.read()
     with open(again.report) as handle:
@@ -299,24 +300,24 @@ def test_a_record_pointing_outside_its_run_is_refused(run_dir, host):
     with open(path) as handle:
         entry = json.load(handle)
     entry["ranks"][0]["host"] = host
-    benchrecords.write_json(path, entry)
-    with pytest.raises(benchrecords.RecordsError, match="is not a host name this collection writes"):
-        benchrecords.read_run_dir(run_dir)
+    bench_records.write_json(path, entry)
+    with pytest.raises(bench_records.RecordsError, match="is not a host name this collection writes"):
+        bench_records.read_run_dir(run_dir)
 
 
 def test_a_report_that_cannot_be_written_is_named_and_nothing_is_appended(run_dir, tmp_path):
     judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
     results = tmp_path / "reports" / "results.jsonl"
-    with pytest.raises(benchrecords.RecordsError, match="absent/report.md: cannot be written"):
-        benchrecords.write_report(run_dir, str(tmp_path / "absent" / "report.md"), str(results))
+    with pytest.raises(bench_records.RecordsError, match="absent/report.md: cannot be written"):
+        bench_records.write_report(run_dir, str(tmp_path / "absent" / "report.md"), str(results))
     assert not results.exists()
 
 
 def test_results_that_cannot_be_appended_keep_no_report(run_dir, tmp_path):
     judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
     report = os.path.join(run_dir, "report.md")
-    with pytest.raises(benchrecords.RecordsError, match="cannot be appended to .*; the report was not kept either"):
-        benchrecords.write_report(run_dir, report, str(tmp_path / "absent" / "results.jsonl"))
+    with pytest.raises(bench_records.RecordsError, match="cannot be appended to .*; the report was not kept either"):
+        bench_records.write_report(run_dir, report, str(tmp_path / "absent" / "results.jsonl"))
     assert not os.path.exists(report)
 
 
@@ -324,6 +325,6 @@ def test_a_results_file_whose_last_line_lost_its_newline_stays_one_object_a_line
     judge(run_dir, SINGLE, "unshaped/run1", [SINGLE_LOG], 1)
     results = tmp_path / "reports" / "results.jsonl"
     results.write_text('{"earlier": 1}')
-    benchrecords.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
+    bench_records.write_report(run_dir, os.path.join(run_dir, "report.md"), str(results))
     lines = results.read_text().splitlines()
     assert json.loads(lines[0]) == {"earlier": 1} and json.loads(lines[1])["runtime"] == "single"

@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, append_results, derived,
-                                                                                markdown_table, profile_table,
-                                                                                render_report, results_table,
-                                                                                runtimes_table, spread, summarize)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.report import (
+    aggregate, append_results, derived, markdown_table, profile_table, render_report, results_table, runtimes_table,
+    spread, summarize)
 
 
 def run(runtime, eval_tps, index=1, warmup=False, model="tiny", link="unshaped", eval_ms=1000.0, eval_runs=20,

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import (exit_meaning, log_was_cut, rank_problems,
-                                                                             run_record, tail)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.run import (exit_meaning, log_was_cut, rank_problems,
+                                                                              run_record, tail)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
@@ -165,7 +165,7 @@ def test_the_stall_reaches_the_judgement_from_the_ranks_finish():
     """What rank.sh's `finish` printed (its status before the stop) carries the watchdog's seconds."""
     import json
 
-    from ansible_collections.prima.cluster.plugins.plugin_utils.benchchecks import rank_reports
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench.checks import rank_reports
 
     plan = {"hosts": ["n0", "n1"], "units": {"n0": {"rank": 0, "role": "head"}, "n1": {"rank": 1, "role": "worker"}}}
     before = {"n0": {"running": False, "pid": 5, "exit": 119, "ended": 3.0, "stalled": 120},

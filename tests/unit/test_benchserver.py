@@ -1,6 +1,6 @@
 """bench.yml -e mode=server on the controller: its input, the server's context and the lock's bound
-(plugin_utils/benchserver.py and its filters), the records of one load test (the action bench_server_record),
-and what the report and results.jsonl make of them (benchreport.py, the bench_report callback)."""
+(plugin_utils/bench/server.py and its filters), the records of one load test (the action bench_server_record),
+and what the report and results.jsonl make of them (bench/report.py, the bench_report callback)."""
 
 import json
 from unittest import mock
@@ -11,11 +11,10 @@ from ansible.playbook.play_context import PlayContext
 from ansible.plugins.loader import action_loader
 
 from ansible_collections.prima.cluster.plugins.filter.bench_server import FilterModule
-from ansible_collections.prima.cluster.plugins.plugin_utils import benchserver
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrecords import write_report
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import (aggregate, append_results,
-                                                                                load_tables, render_report, result_line,
-                                                                                runs_table)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import server as bench_server
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.records import write_report
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.report import (
+    aggregate, append_results, load_tables, render_report, result_line, runs_table)
 
 PLAN = {"name": "serve-llama_rpc-tiny", "runtime": "llama_rpc", "model": "tiny", "world": 3,
         "hosts": ["n0", "n1", "n2"], "split": "-ts 1,1,1", "head": "n0",
@@ -57,48 +56,49 @@ def load_result(level_errors=()):
 
 
 def test_clients_problems_name_the_variable_and_the_fix():
-    assert benchserver.clients_problems("1,2,4") == [] and benchserver.clients_problems([1, 8]) == []
-    assert benchserver.clients_problems(" 3 ") == []
+    assert bench_server.clients_problems("1,2,4") == [] and bench_server.clients_problems([1, 8]) == []
+    assert bench_server.clients_problems(" 3 ") == []
     for bad in ("0", "1,-2", "a", "1,,2", "1.5", [0], ""):
-        assert benchserver.clients_problems(bad) == [
+        assert bench_server.clients_problems(bad) == [
             "clients '%s' is not a comma list of whole numbers >= 1; pass -e clients=1,2,4" % bad]
 
 
 def test_parse_clients_keeps_the_order_once_each_and_defaults():
-    assert benchserver.parse_clients("4,1,4,2") == [4, 1, 2]
-    assert benchserver.parse_clients("") == [1, 2, 4] and benchserver.parse_clients(None) == [1, 2, 4]
-    assert benchserver.parse_clients([2, "3"]) == [2, 3]
+    assert bench_server.parse_clients("4,1,4,2") == [4, 1, 2]
+    assert bench_server.parse_clients("") == [1, 2, 4] and bench_server.parse_clients(None) == [1, 2, 4]
+    assert bench_server.parse_clients([2, "3"]) == [2, 3]
     with pytest.raises(ValueError, match="clients '1,x'"):
-        benchserver.parse_clients("1,x")
+        bench_server.parse_clients("1,x")
 
 
 def test_ctx_size_gives_every_slot_a_prompt_and_its_answer():
-    assert benchserver.ctx_size(1, "Once upon a time", 32) == 2048
-    assert benchserver.ctx_size(8, "Once upon a time", 32) == 8 * 512
+    assert bench_server.ctx_size(1, "Once upon a time", 32) == 2048
+    assert bench_server.ctx_size(8, "Once upon a time", 32) == 8 * 512
     # A long answer: each slot holds it, the prompt (a token per character at worst) and the chat template.
-    assert benchserver.ctx_size(4, "x" * 100, 1000) == 4 * (1000 + 100 + 128)
+    assert bench_server.ctx_size(4, "x" * 100, 1000) == 4 * (1000 + 100 + 128)
 
 
 def test_server_bound_counts_every_request_to_its_timeout():
-    bound = benchserver.server_bound_s(steps=2, plans=3, warmup_runs=1, runs=3, clients=[1, 2, 4],
-                                       requests_per_client=2, request_timeout_s=600, listen_timeout_s=600,
-                                       load_timeout_s=1800, stop_grace_s=10)
+    bound = bench_server.server_bound_s(steps=2, plans=3, warmup_runs=1, runs=3, clients=[1, 2, 4],
+                                        requests_per_client=2, request_timeout_s=600, listen_timeout_s=600,
+                                        load_timeout_s=1800, stop_grace_s=10)
     # Per unit and step: up (600 + 1800), 4 sequential + 3 levels x 2 requests at 600 s, stop 20, overhead 120.
     assert bound == 1800 + 2 * 3 * (2400 + 10 * 600 + 20 + 120)
     # No sweep given (an unshaped step): one step.
-    assert benchserver.server_bound_s(0, 1, 0, 1, [], 2, 10, 1, 1, 0, overhead_s=0, unit_overhead_s=0) == 12
+    assert bench_server.server_bound_s(0, 1, 0, 1, [], 2, 10, 1, 1, 0, overhead_s=0, unit_overhead_s=0) == 12
 
 
 def test_clients_reach_a_server_on_any_address_through_the_loopback():
-    assert benchserver.client_address("0.0.0.0") == "127.0.0.1" and benchserver.client_address("") == "127.0.0.1"
-    assert benchserver.client_address("10.77.0.10") == "10.77.0.10"
-    assert benchserver.clients_where("n0", "127.0.0.1", 8080) == "clients on rank 0 (n0) over loopback (127.0.0.1:8080)"
-    assert benchserver.clients_where("n0", "10.77.0.10", 80) == \
+    assert bench_server.client_address("0.0.0.0") == "127.0.0.1" and bench_server.client_address("") == "127.0.0.1"
+    assert bench_server.client_address("10.77.0.10") == "10.77.0.10"
+    assert bench_server.clients_where("n0", "127.0.0.1", 8080) == \
+        "clients on rank 0 (n0) over loopback (127.0.0.1:8080)"
+    assert bench_server.clients_where("n0", "10.77.0.10", 80) == \
         "clients on rank 0 (n0) over the network (10.77.0.10:80)"
 
 
 def test_sequential_records_carry_the_servers_timings_as_a_runs_perf():
-    records = benchserver.sequential_records(PLAN, load_result(), META)
+    records = bench_server.sequential_records(PLAN, load_result(), META)
     assert [(record["run_index"], record["warmup"]) for record in records] == [(0, True), (1, False), (2, False)]
     first = records[1]
     assert first["mode"] == "server" and first["unit"] == "serve-llama_rpc-tiny" and first["world"] == 3
@@ -108,12 +108,12 @@ def test_sequential_records_carry_the_servers_timings_as_a_runs_perf():
     assert first["request"] == {"status": 200, "wall_ms": pytest.approx(700.0), "usage": {"completion_tokens": 32},
                                 "error": None}
     # The keys of a mode=run run's perf (parse_perf), so the medians and the main table take it as it is.
-    from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import PERF_KEYS
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench.perflog import PERF_KEYS
     assert sorted(first["perf"]) == sorted(key for key in PERF_KEYS if key != "file")
 
 
 def test_level_records_summarize_each_concurrency_level():
-    one, two = benchserver.level_records(PLAN, load_result(["HTTP 503: busy"]), META)
+    one, two = bench_server.level_records(PLAN, load_result(["HTTP 503: busy"]), META)
     assert one["mode"] == "server-load" and one["clients"] == 1 and one["requests"] == 2 and one["errors"] == 0
     assert one["tokens"] == 6 and one["aggregate_tps"] == pytest.approx(12.0)
     assert one["ttft_p50_ms"] == pytest.approx(101.0) and one["itl_p50_ms"] == pytest.approx(20.0)
@@ -126,16 +126,16 @@ def test_level_records_summarize_each_concurrency_level():
 def test_sequential_problems_name_each_failed_measured_request():
     result = load_result()
     result["sequential"][0]["error"] = "warm-up failures do not count"
-    assert benchserver.sequential_problems(PLAN, result) == []
+    assert bench_server.sequential_problems(PLAN, result) == []
     result["sequential"][2]["error"] = "HTTP 401: Invalid API Key"
-    assert benchserver.sequential_problems(PLAN, result) == [
+    assert bench_server.sequential_problems(PLAN, result) == [
         "serve-llama_rpc-tiny request 2: HTTP 401: Invalid API Key"]
-    assert benchserver.sequential_problems(PLAN, {"sequential": []}) == [
+    assert bench_server.sequential_problems(PLAN, {"sequential": []}) == [
         "serve-llama_rpc-tiny: no measured request in the load test's result"]
 
 
 def test_raw_result_keeps_the_requests_only():
-    assert benchserver.raw_result(dict(load_result(), invocation={"module_args": {"api_key": "x"}})).keys() == {
+    assert bench_server.raw_result(dict(load_result(), invocation={"module_args": {"api_key": "x"}})).keys() == {
         "sequential", "levels"}
 
 
@@ -163,10 +163,10 @@ def action(args):
 def test_the_action_keeps_the_raw_requests_and_sets_the_records(tmp_path):
     result = action({"plan": PLAN, "result": load_result(), "raw_dir": str(tmp_path), "meta": META}).run(task_vars={})
     path = tmp_path / "n0" / "serve-llama_rpc-tiny" / "unshaped" / "load.json"
-    assert result["raw"] == str(path) and json.loads(path.read_text()) == benchserver.raw_result(load_result())
+    assert result["raw"] == str(path) and json.loads(path.read_text()) == bench_server.raw_result(load_result())
     records = result["records"]
     assert [record["mode"] for record in records] == ["server"] * 3 + ["server-load"] * 2
-    assert records == benchserver.server_records(PLAN, load_result(), META)
+    assert records == bench_server.server_records(PLAN, load_result(), META)
     assert result["judged"] == str(path.parent / "judged.json") and "ansible_facts" not in result
 
 
@@ -185,7 +185,7 @@ def test_the_action_fails_on_a_failed_load_test_or_measured_request_and_keeps_th
 
 
 def test_results_lines_and_tables_of_a_server_bench(tmp_path):
-    records = benchserver.server_records(PLAN, load_result(), META)
+    records = bench_server.server_records(PLAN, load_result(), META)
     # Only the measured sequential requests make the main table's row; the levels have tables of their own.
     [row] = aggregate(records)
     assert row["runs"] == 2 and row["eval_tps"]["median"] == 50.0 and row["ms_per_token"]["median"] == 20.0
@@ -206,7 +206,7 @@ def test_results_lines_and_tables_of_a_server_bench(tmp_path):
 
 
 def test_the_report_of_a_server_bench_has_the_load_table_and_says_where_the_figures_come_from():
-    records = benchserver.server_records(PLAN, load_result(["HTTP 503: busy"]), META)
+    records = bench_server.server_records(PLAN, load_result(["HTTP 503: busy"]), META)
     text, main = render_report(records, [])
     assert "come from the server's own `timings`" in text
     assert "## Under load: concurrent clients of the server" in text and "### llama.cpp RPC, tiny, unshaped" in text
@@ -244,7 +244,7 @@ def hostile_result():
 
 
 def test_nan_infinity_and_objects_from_a_server_are_no_figures_and_never_reach_the_files(tmp_path):
-    records = benchserver.server_records(PLAN, hostile_result(), META)
+    records = bench_server.server_records(PLAN, hostile_result(), META)
     assert records[1]["perf"]["eval_tps"] is None and records[1]["perf"]["prompt_ms"] is None
     assert records[1]["perf"]["eval_runs"] == 32
     assert records[1]["request"]["usage"] == {"prompt_tokens": None, "completion_tokens": None}
@@ -265,7 +265,7 @@ def test_nan_infinity_and_objects_from_a_server_are_no_figures_and_never_reach_t
 def test_results_lines_refuse_what_json_cannot_hold_and_leave_the_file_as_it_was(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text('{"earlier": 1}\n')
-    records = benchserver.server_records(PLAN, load_result(), META)
+    records = bench_server.server_records(PLAN, load_result(), META)
     with pytest.raises(ValueError):
         append_results(str(path), records + [dict(records[1], unchecked=float("nan"))])
     assert path.read_text() == '{"earlier": 1}\n'

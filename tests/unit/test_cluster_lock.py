@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from ansible_collections.prima.cluster.plugins.filter import cluster_lock as lock_filters
-from ansible_collections.prima.cluster.plugins.plugin_utils.clusterlock import (Answer, bench_bound_s, format_record,
-                                                                                judge, parse_answer, parse_record,
-                                                                                process_state, stat_start)
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.lock import (
+    Answer, bench_bound_s, format_record, judge, parse_answer, parse_record, process_state, stat_start)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST, PATH = "n0", "/var/lib/prima-bench/bench.lock"

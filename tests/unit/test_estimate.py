@@ -9,10 +9,10 @@ import gguf
 import numpy as np
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import estimate as estimator
-from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (GIB, boundaries_crossed, decode_estimate,
-                                                                             estimate, header_facts,
-                                                                             kv_bytes_per_token, main, model_facts)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models import gguf_header
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.estimate import (
+    GIB, boundaries_crossed, decode_estimate, estimate, kv_bytes_per_token, main)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.gguf_header import header_facts, model_facts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -160,7 +160,7 @@ def damaged(tmp_path, name, data):
 
 
 def one_line_error(path, call=model_facts):
-    with pytest.raises(estimator.GGUFError) as caught:
+    with pytest.raises(gguf_header.GGUFError) as caught:
         call(path)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(path + ": "), message
@@ -248,18 +248,18 @@ def test_header_facts_name_the_nodes_file(tmp_path):
     path = small_model(tmp_path / "whole.gguf")
     whole = open(path, "rb").read()
     prefix = damaged(tmp_path, "prefix.gguf", whole[:100])
-    with pytest.raises(estimator.HeaderCut, match=r"^/models/m\.gguf: the first 100 bytes do not hold the whole GGUF "
-                                                  r"header \(reading "):
+    with pytest.raises(gguf_header.HeaderCut,
+                       match=r"^/models/m\.gguf: the first 100 bytes do not hold the whole GGUF header \(reading "):
         header_facts(prefix, len(whole), "/models/m.gguf")
     other = damaged(tmp_path, "other.gguf", b"PK\x03\x04" + whole[4:])
-    with pytest.raises(estimator.GGUFError, match=r"^/models/m\.gguf: not a GGUF file") as caught:
+    with pytest.raises(gguf_header.GGUFError, match=r"^/models/m\.gguf: not a GGUF file") as caught:
         header_facts(other, len(whole), "/models/m.gguf")
-    assert not isinstance(caught.value, estimator.HeaderCut)
+    assert not isinstance(caught.value, gguf_header.HeaderCut)
     # The bytes are the whole file, and it ends inside its header: no use fetching more.
-    with pytest.raises(estimator.GGUFTruncated, match=r"^/models/m\.gguf: truncated at offset 100 \(reading "):
+    with pytest.raises(gguf_header.GGUFTruncated, match=r"^/models/m\.gguf: truncated at offset 100 \(reading "):
         header_facts(prefix, 100, "/models/m.gguf")
     # The header promises more tensor data than the node's file has: the file there is cut short.
-    with pytest.raises(estimator.GGUFError,
+    with pytest.raises(gguf_header.GGUFError,
                        match=r"^/models/m\.gguf: truncated at offset 1000 \(tensor 'token_embd.weight' runs to offset "):
         header_facts(damaged(tmp_path, "head.gguf", whole[:900]), 1000, "/models/m.gguf")
 

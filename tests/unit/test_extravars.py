@@ -11,11 +11,10 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.splitter import parse_kv
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.extravars import (extra_vars_problems, our_playbooks,
-                                                                              playbook_names, playbook_specs,
-                                                                              playbooks_taking, rerun_command)
-from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (role_argument_specs, runtimes_problems,
-                                                                              runtimes_selection)
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import (
+    role_argument_specs, runtimes_problems, runtimes_selection)
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.extra_vars import (
+    extra_vars_problems, our_playbooks, playbook_names, playbook_specs, playbooks_taking, rerun_command)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with open(os.path.join(REPO, "meta", "extra_vars.yml")) as _handle:

@@ -63,7 +63,7 @@ def test_duration_seconds_rejects_garbage():
 
 
 def test_collection_paths_stay_inside_the_collection():
-    from ansible_collections.prima.cluster.plugins.plugin_utils.paths import COLLECTION_ROOT, collection_path
+    from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.paths import COLLECTION_ROOT, collection_path
 
     assert collection_path("roles/bench/templates/report.md.j2") == os.path.join(
         COLLECTION_ROOT, "roles", "bench", "templates", "report.md.j2")

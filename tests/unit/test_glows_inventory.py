@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsClient
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows import inventory as glows_inventory
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import GlowsClient
 from ansible_collections.prima.cluster.tests.fakes.glows_api import plain, post_faults, serving
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,7 +70,7 @@ def test_hosts_in_rank_order_with_their_variables(tmp_path, fake):
     assert data["sandbox"]["hosts"] == ["bench-x-0", "bench-x-2", "bench-x-10"]
     variables = data["_meta"]["hostvars"]["bench-x-2"]
     now = GlowsClient(fake.url, TOKEN).query(meta_key="bench-x-2")
-    assert (variables["ansible_host"], variables["ansible_port"]) == glowsinventory.ssh_access(now)
+    assert (variables["ansible_host"], variables["ansible_port"]) == glows_inventory.ssh_access(now)
     assert variables["ansible_user"] == "root"
     assert variables["glows_instance_id"] == made["bench-x-2"]["instanceID"]
     assert variables["glows_meta_key"] == "bench-x-2" and variables["glows_status"] == "Running"
@@ -240,8 +240,8 @@ def with_ssh_url(url, **extra):
                                  "ssh://a.example:22?x=1", "ssh://a.example:0", "ssh://a.example:65536",
                                  "ssh://" + "a" * 64 + ".example:22"])
 def test_an_ssh_access_host_that_is_no_host_name_or_address_is_refused(url):
-    with pytest.raises(glowsinventory.GlowsError, match="ins-evil .*not ssh://host:port with a host name or IP"):
-        glowsinventory.ssh_access(with_ssh_url(url))
+    with pytest.raises(glows_inventory.GlowsError, match="ins-evil .*not ssh://host:port with a host name or IP"):
+        glows_inventory.ssh_access(with_ssh_url(url))
 
 
 @pytest.mark.parametrize("url, access", [("ssh://tw-03.access.glows.ai:23001", ("tw-03.access.glows.ai", 23001)),
@@ -249,7 +249,7 @@ def test_an_ssh_access_host_that_is_no_host_name_or_address_is_refused(url):
                                          ("ssh://[2001:db8::1]:2222", ("2001:db8::1", 2222)),
                                          ("ssh://a.example/", ("a.example", 22))])
 def test_an_ssh_access_host_name_or_address_is_taken(url, access):
-    assert glowsinventory.ssh_access(with_ssh_url(url)) == access
+    assert glows_inventory.ssh_access(with_ssh_url(url)) == access
 
 
 def test_every_api_string_set_as_a_host_var_is_wrapped_unsafe(monkeypatch):
@@ -284,8 +284,8 @@ def test_every_api_string_set_as_a_host_var_is_wrapped_unsafe(monkeypatch):
     monkeypatch.setattr(sys.modules[type(module).__module__], "wrap_var", mark)
     module.set_options(direct={"plugin": "prima.cluster.glows", "token": "t"})
     module.inventory = Recorder()
-    hosts = glowsinventory.inventory_hosts([with_ssh_url("ssh://a.example:1", remark="{{ 7 * 191 }}",
-                                                         hardware={"gpuName": "{{ x }}"}, regionName="TW-03")])
+    hosts = glows_inventory.inventory_hosts([with_ssh_url("ssh://a.example:1", remark="{{ 7 * 191 }}",
+                                                          hardware={"gpuName": "{{ x }}"}, regionName="TW-03")])
     module._populate(hosts, "http://127.0.0.1:1/sdk/v1")
     strings = {key: value for key, value in module.inventory.variables.items() if isinstance(value, str)}
     assert strings["glows_remark"] == "{{ 7 * 191 }}" and "glows_api_url" in strings

@@ -1,6 +1,6 @@
-"""The Glows SDK client (plugins/plugin_utils/glowsapi.py) against the fake API (tests/fakes/glows_api.py), every
+"""The Glows SDK client (plugins/plugin_utils/glows/api.py) against the fake API (tests/fakes/glows_api.py), every
 failure as one line with its fix and never the token; and the pure functions that make hosts of instances
-(plugins/plugin_utils/glowsinventory.py)."""
+(plugins/plugin_utils/glows/inventory.py)."""
 
 import contextlib
 import json
@@ -16,9 +16,9 @@ import pytest
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.loader import lookup_loader
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import glowsinventory
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import (CODE_NOT_FOUND, DEFAULT_API_URL,
-                                                                             GlowsClient, GlowsError)
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows import inventory as glows_inventory
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import (CODE_NOT_FOUND, DEFAULT_API_URL,
+                                                                              GlowsClient, GlowsError)
 from ansible_collections.prima.cluster.tests.fakes.glows_api import post_faults, serving
 
 TOKEN = "glows-test-token-0123456789"
@@ -52,18 +52,18 @@ def body(meta_key, **extra):
 # ---- pure functions
 
 def test_ssh_access_is_the_host_and_port_of_the_ssh_url():
-    assert glowsinventory.ssh_access(instance()) == ("tw-03.access.glows.ai", 23001)
+    assert glows_inventory.ssh_access(instance()) == ("tw-03.access.glows.ai", 23001)
     two = instance(accesses=[{"protocol": "ssh", "listenPort": 2222, "url": "ssh://a.example:1"},
                              {"protocol": "SSH", "listenPort": 22, "url": "ssh://b.example:2"}])
-    assert glowsinventory.ssh_access(two) == ("b.example", 2)  # port 22 inside is the node's sshd
-    assert glowsinventory.ssh_access(instance(url="ssh://c.example")) == ("c.example", 22)
+    assert glows_inventory.ssh_access(two) == ("b.example", 2)  # port 22 inside is the node's sshd
+    assert glows_inventory.ssh_access(instance(url="ssh://c.example")) == ("c.example", 22)
 
 
 @pytest.mark.parametrize("accesses", [[], None, "x", [{"protocol": "ssh", "listenPort": 22, "url": ""}],
                                       [{"protocol": "http", "listenPort": 22, "url": "http://a:1"}]])
 def test_no_ssh_access_names_the_instance_and_the_fix(accesses):
     with pytest.raises(GlowsError) as raised:
-        glowsinventory.ssh_access(instance(meta_key="k", instance_id="ins-x", accesses=accesses))
+        glows_inventory.ssh_access(instance(meta_key="k", instance_id="ins-x", accesses=accesses))
     assert str(raised.value) == ("instance ins-x (metaKey k) has no SSH access yet (accesses has no ssh url): wait "
                                  "until it is Running, or create it with port 22 exported")
 
@@ -71,11 +71,11 @@ def test_no_ssh_access_names_the_instance_and_the_fix(accesses):
 @pytest.mark.parametrize("url", ["http://a.example:22", "ssh://a.example:99999", "ssh://:22", "nonsense"])
 def test_an_ssh_url_of_another_shape_is_refused(url):
     with pytest.raises(GlowsError, match="ins-aaaaaaaa .*not ssh://host:port"):
-        glowsinventory.ssh_access(instance(url=url))
+        glows_inventory.ssh_access(instance(url=url))
 
 
 def test_host_variables_never_hold_the_password():
-    variables = glowsinventory.instance_hostvars(instance())
+    variables = glows_inventory.instance_hostvars(instance())
     assert variables == {
         "ansible_host": "tw-03.access.glows.ai", "ansible_port": 23001, "ansible_user": "root",
         "gpu_name": "NVIDIA GeForce RTX 4090", "gpu_mem": 23.98, "glows_gpu_count": 1, "glows_cpu_cores": 10,
@@ -87,26 +87,26 @@ def test_host_variables_never_hold_the_password():
 
 def test_gpu_mem_is_the_vram_of_all_gpus_rounded_down_and_absent_when_unknown():
     two = instance(hardware={"gpuNum": 2, "gpuRamMB": 81920})
-    assert glowsinventory.instance_hostvars(two)["gpu_mem"] == 160.0
+    assert glows_inventory.instance_hostvars(two)["gpu_mem"] == 160.0
     queued = instance(hardware={"gpuNum": 0, "gpuRamMB": 0})
-    assert "gpu_mem" not in glowsinventory.instance_hostvars(queued)
+    assert "gpu_mem" not in glows_inventory.instance_hostvars(queued)
     odd = instance(hardware="garbage", createTime=None, priceCent="65", sshCred=None)
-    variables = glowsinventory.instance_hostvars(odd)
+    variables = glows_inventory.instance_hostvars(odd)
     assert variables["glows_price_cent"] is None and variables["glows_created"] is None
     assert "ansible_user" not in variables and "gpu_mem" not in variables
 
 
 def test_the_image_is_the_snapshots_name_when_made_from_a_snapshot():
     snap = instance(baseImage=None, baseSnap={"snapID": "6ypgvgpw", "snapName": "prima-built"})
-    assert glowsinventory.instance_hostvars(snap)["glows_image"] == "prima-built"
+    assert glows_inventory.instance_hostvars(snap)["glows_image"] == "prima-built"
 
 
 def test_host_name_is_the_meta_key_when_safe_else_the_instance_id():
-    assert glowsinventory.host_name(instance(meta_key="bench-7f.a_0")) == "bench-7f.a_0"
+    assert glows_inventory.host_name(instance(meta_key="bench-7f.a_0")) == "bench-7f.a_0"
     for unsafe in ("order 1", "a/b", "", "-x", None, "ü"):
-        assert glowsinventory.host_name(instance(meta_key=unsafe)) == "ins-aaaaaaaa"
+        assert glows_inventory.host_name(instance(meta_key=unsafe)) == "ins-aaaaaaaa"
     with pytest.raises(GlowsError, match="neither a metaKey nor an instanceID"):
-        glowsinventory.host_name(instance(meta_key="a b", instance_id="c d"))
+        glows_inventory.host_name(instance(meta_key="a b", instance_id="c d"))
 
 
 def test_select_applies_every_filter_given():
@@ -116,36 +116,36 @@ def test_select_applies_every_filter_given():
     def keys(chosen):
         return [item["metaKey"] for item in chosen]
 
-    assert keys(glowsinventory.select(many)) == ["b-0", "b-2", "c-0"]
-    assert keys(glowsinventory.select(many, statuses=[])) == ["b-0", "b-1", "b-2", "c-0"]
-    assert keys(glowsinventory.select(many, meta_key_prefix="b-")) == ["b-0", "b-2"]
-    assert keys(glowsinventory.select(many, remark="prima")) == ["b-0", "c-0"]
-    assert keys(glowsinventory.select(many, regions=["TW-04"])) == ["c-0"]
+    assert keys(glows_inventory.select(many)) == ["b-0", "b-2", "c-0"]
+    assert keys(glows_inventory.select(many, statuses=[])) == ["b-0", "b-1", "b-2", "c-0"]
+    assert keys(glows_inventory.select(many, meta_key_prefix="b-")) == ["b-0", "b-2"]
+    assert keys(glows_inventory.select(many, remark="prima")) == ["b-0", "c-0"]
+    assert keys(glows_inventory.select(many, regions=["TW-04"])) == ["c-0"]
 
 
 def test_rank_order_is_natural_then_creation_then_id():
     many = [instance("x-10", "ins-1"), instance("x-2", "ins-2"), instance("x-1", "ins-3"),
             instance("", "ins-5", created=2), instance("", "ins-4", created=2), instance("", "ins-6", created=1),
             instance("x-1a", "ins-7")]
-    assert [(item["metaKey"], item["instanceID"]) for item in glowsinventory.rank_order(many)] == [
+    assert [(item["metaKey"], item["instanceID"]) for item in glows_inventory.rank_order(many)] == [
         ("", "ins-6"), ("", "ins-4"), ("", "ins-5"), ("x-1", "ins-3"), ("x-1a", "ins-7"), ("x-2", "ins-2"),
         ("x-10", "ins-1")]
 
 
 def test_the_cache_copy_has_no_password_and_leaves_the_original():
     original = instance()
-    stripped = glowsinventory.without_password(original)
+    stripped = glows_inventory.without_password(original)
     assert stripped["sshCred"] == {"user": "root"} and original["sshCred"]["password"] == PASSWORD
-    assert "sshCred" not in glowsinventory.without_password(instance(sshCred="root:" + PASSWORD))
+    assert "sshCred" not in glows_inventory.without_password(instance(sshCred="root:" + PASSWORD))
 
 
 def test_inventory_hosts_fail_whole_on_a_node_without_ssh_or_a_shared_name():
-    hosts = glowsinventory.inventory_hosts([instance("b-1", "ins-1"), instance("b-0", "ins-0")])
+    hosts = glows_inventory.inventory_hosts([instance("b-1", "ins-1"), instance("b-0", "ins-0")])
     assert [host[0] for host in hosts] == ["b-0", "b-1"]
     with pytest.raises(GlowsError, match=r"instance ins-2 \(metaKey b-2\) has no SSH access yet"):
-        glowsinventory.inventory_hosts([instance("b-0", "ins-0"), instance("b-2", "ins-2", accesses=[])])
+        glows_inventory.inventory_hosts([instance("b-0", "ins-0"), instance("b-2", "ins-2", accesses=[])])
     with pytest.raises(GlowsError, match="both give the host name ins-0"):
-        glowsinventory.inventory_hosts([instance("ins-0", "ins-9"), instance("a b", "ins-0")])
+        glows_inventory.inventory_hosts([instance("ins-0", "ins-9"), instance("a b", "ins-0")])
 
 
 # ---- the client against the fake
@@ -258,7 +258,7 @@ def test_a_new_instance_without_ssh_access_is_named(fake):
     post_faults(fake, no_ssh_access=True)
     made = client(fake.url).create(body("bench-0"))
     with pytest.raises(GlowsError) as raised:
-        glowsinventory.inventory_hosts(client(fake.url).list_all())
+        glows_inventory.inventory_hosts(client(fake.url).list_all())
     assert str(raised.value).startswith("instance %s (metaKey bench-0) has no SSH access yet" % made["instanceID"])
 
 
@@ -357,8 +357,8 @@ def test_a_listing_shorter_than_its_total_is_refused():
 
 
 def test_an_oversized_answer_is_refused(monkeypatch):
-    from ansible_collections.prima.cluster.plugins.plugin_utils import glowsapi
-    monkeypatch.setattr(glowsapi, "MAX_BODY_BYTES", 1024)
+    from ansible_collections.prima.cluster.plugins.plugin_utils.glows import api as glows_api
+    monkeypatch.setattr(glows_api, "MAX_BODY_BYTES", 1024)
     with answering(lambda handler: send(handler, 200, b"x" * 4096)) as url:
         with pytest.raises(GlowsError, match="answered more than"):
             client(url).count()

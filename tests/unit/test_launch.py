@@ -11,11 +11,12 @@ import time
 import jinja2
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (GIB, MIB, LaunchOptions, UnitContext,
-                                                                           host_units, launch_plan, launch_plans,
-                                                                           listen_ports, c_escaped, rank_hosts,
-                                                                           systemd_executable, systemd_text, usable_bytes,
-                                                                           weights_path)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.escaping import (
+    c_escaped, systemd_executable, systemd_text)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (GIB, MIB, LaunchOptions, UnitContext,
+                                                                                host_units, launch_plan, launch_plans,
+                                                                                listen_ports, rank_hosts, usable_bytes,
+                                                                                weights_path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WATCHDOG = os.path.join(ROOT, "roles", "launch", "files", "rank_watchdog.py")
@@ -521,11 +522,12 @@ wd = load_watchdog()
 
 def test_the_stall_status_and_words_are_one_definition():
     """The watchdog, the launcher and the bench's judging say the same (the serve side: test_serve_supervisor)."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils import benchrun, exitstatus
+    from ansible_collections.prima.cluster.plugins.plugin_utils.bench import run as bench_run
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch import exit_status
 
-    assert wd.STALL_EXIT == exitstatus.STALL_EXIT == 119
-    assert wd.STALL_WORDS == exitstatus.STALL_WORDS
-    assert wd.stall_words(3) == benchrun.exit_meaning(119, 3) == "stalled: no output and no traffic for 3 s"
+    assert wd.STALL_EXIT == exit_status.STALL_EXIT == 119
+    assert wd.STALL_WORDS == exit_status.STALL_WORDS
+    assert wd.stall_words(3) == bench_run.exit_meaning(119, 3) == "stalled: no output and no traffic for 3 s"
     with open(os.path.join(ROOT, "roles", "launch", "templates", "rank.sh.j2")) as template:
         assert "\nstall_exit=%d " % wd.STALL_EXIT in template.read()
     assert wd.STALL_EXIT not in (0, 1, 124, 125, 126, 127) and not 128 < wd.STALL_EXIT < 128 + 65
@@ -690,7 +692,7 @@ def test_the_plan_gives_each_unit_its_stall_watchdog():
 
 @pytest.mark.parametrize("value", [-1, "-5", "two minutes", True, 1.5, None, ""])
 def test_a_stall_that_is_not_whole_seconds_is_refused_by_the_plan_and_the_preflight(value):
-    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import stall_problems
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import stall_problems
 
     with pytest.raises(ValueError, match="launch option stall_s: launch_stall_s .* is not a whole number of seconds"):
         options(stall_s=value)

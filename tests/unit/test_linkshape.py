@@ -2,11 +2,9 @@
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.linkshape import (interface_with, parse_delay, route_source,
-                                                                              parse_links, parse_rate,
-                                                                              shaping_commands, shaping_result,
-                                                                              step_commands, tbf_burst_bytes,
-                                                                              tc_notice, tc_rate)
+from ansible_collections.prima.cluster.plugins.plugin_utils.link.shaping import (
+    interface_with, parse_delay, route_source, parse_links, parse_rate, shaping_commands, shaping_result, step_commands,
+    tbf_burst_bytes, tc_notice, tc_rate)
 
 
 def test_rates():

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.prima.cluster.plugins.module_utils import load_client
-from ansible_collections.prima.cluster.plugins.plugin_utils import loadtest
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import load_test
 
 KEY = "serve-key"
 # How long a trickling answer goes on at most (a byte every 0.1 s): far past the deadlines the tests give.
@@ -110,7 +110,7 @@ def server():
 def test_one_streamed_request_is_timed_per_event(server):
     record = load_client.one_request("127.0.0.1", server, KEY, load_client.chat_body("a b c d", 8, True), 10)
     assert record["status"] == 200 and record["error"] is None
-    figures = loadtest.stream_figures(record["sent"], record["arrivals"])
+    figures = load_test.stream_figures(record["sent"], record["arrivals"])
     assert figures["tokens"] == 4 and figures["ttft_ms"] > 0 and len(figures["itl_ms"]) == 3
     # Arrival times, not the server's pacing: a busy client may read two chunks back to back.
     assert all(gap >= 0 for gap in figures["itl_ms"]) and sorted(t for t, dummy in record["arrivals"]) == [
@@ -124,8 +124,8 @@ def test_a_level_runs_its_clients_at_once(server):
     assert len(level["requests"]) == 8 and level["clients"] == 4
     # Four at once: about two requests' time (2 x 10 x 20 ms), well under eight one after another.
     assert level["wall_s"] < 8 * 10 * 0.02
-    summary = loadtest.level_summary(4, [loadtest.stream_figures(r["sent"], r["arrivals"]) for r in level["requests"]],
-                                     level["wall_s"])
+    summary = load_test.level_summary(4, [load_test.stream_figures(r["sent"], r["arrivals"])
+                                          for r in level["requests"]], level["wall_s"])
     assert summary["errors"] == 0 and summary["tokens"] == 80 and summary["aggregate_tps"] > 0
 
 
@@ -133,7 +133,7 @@ def test_a_missing_key_and_a_cut_stream_are_errors(server):
     refused = load_client.one_request("127.0.0.1", server, "", load_client.chat_body("a", 4, True), 10)
     assert refused["status"] == 401 and refused["error"].startswith("HTTP 401: ")
     cut = load_client.one_request("127.0.0.1", server, KEY, load_client.chat_body("a b CUT c", 8, True), 10)
-    figures = loadtest.stream_figures(cut["sent"], cut["arrivals"])
+    figures = load_test.stream_figures(cut["sent"], cut["arrivals"])
     assert figures["tokens"] == 2 and cut["error"] == "the stream ended before [DONE], after 2 events"
     closed = load_client.one_request("127.0.0.1", 1, KEY, load_client.chat_body("a", 4, True), 2)
     assert closed["error"].startswith("ConnectionRefusedError")
@@ -196,7 +196,7 @@ def test_json_nested_too_deep_is_an_answer_not_json_and_no_client_dies(server):
     # Every request of the level is recorded: the nested event is kept as the text it was, the tokens count.
     assert len(level["requests"]) == 2
     for record in level["requests"]:
-        figures = loadtest.request_figures(record)
+        figures = load_test.request_figures(record)
         assert record["error"] is None and figures["tokens"] == 3 and figures["error"] is None
         assert record["arrivals"][0][1] == NESTED.decode()
     record = load_client.complete("127.0.0.1", server, KEY, load_client.completion_body("NEST", 8), 10)
@@ -221,7 +221,7 @@ def test_long_events_are_kept_as_their_length_within_a_byte_budget(server):
     assert len(json.dumps(record)) < HUGE_EVENTS * HUGE_CONTENT // 1000
     assert HUGE_EVENTS * HUGE_CONTENT // 1000 < load_client.MAX_KEPT_BYTES
     assert record["arrivals"][1][1] == {"content_length": HUGE_CONTENT}
-    figures = loadtest.request_figures(record)
+    figures = load_test.request_figures(record)
     assert figures["tokens"] == HUGE_EVENTS and len(figures["itl_ms"]) == HUGE_EVENTS - 1
     assert figures["server"]["eval_runs"] == HUGE_EVENTS and figures["server"]["eval_tps"] == 50.0
 

@@ -3,11 +3,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (catalog_problems_detailed,
-                                                                            digest_conflicts, disk_problem,
-                                                                            fact_entries, lock_updates,
-                                                                            merged_catalog, models_files,
-                                                                            models_selection)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import (
+    catalog_problems_detailed, digest_conflicts, disk_problem, fact_entries, lock_updates, merged_catalog, models_files,
+    models_selection)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHA_A = "a" * 64

@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 
 from ansible_collections.prima.cluster.plugins.module_utils.hub_metadata import HubError, head, parse_file_metadata
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import (hub_query, lock_problems, lock_updates,
-                                                                            models_files, parse_lock, with_hub_metadata)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import (
+    hub_query, lock_problems, lock_updates, models_files, parse_lock, with_hub_metadata)
 from test_weights_download import hub_server, serve
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64

@@ -13,8 +13,9 @@ import gguf
 import numpy as np
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import benchlog, perflog
-from ansible_collections.prima.cluster.plugins.plugin_utils import estimate as estimator
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import log as bench_log
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import perflog
+from ansible_collections.prima.cluster.plugins.plugin_utils.models import estimate, gguf_header
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 TEXTS = ("perf/prima-a_world2-rank0.stderr", "perf/llamacpp-single-llama-completion.stderr",
@@ -85,12 +86,12 @@ def mutated_texts(seed, count):
 # --- the text parsers ------------------------------------------------------------------------------
 
 def parse_everything(text):
-    """Every text parser of perflog and benchlog on `text`, as one JSON-ready value."""
-    rank = benchlog.parse_prima_rank(text)
+    """Every text parser of bench/perflog.py and bench/log.py on `text`, as one JSON-ready value."""
+    rank = bench_log.parse_prima_rank(text)
     return {"perf": perflog.parse_perf(text), "file": perflog.file_figures(text),
             "server": perflog.parse_server_timings(perflog.json_object(text)), "rank": rank,
-            "summary": benchlog.profile_summary(rank["profile"]), "bench_json": benchlog.parse_llama_bench_json(text),
-            "bench_md": benchlog.parse_llama_bench_md(text), "timings": benchlog.parse_server_timings(text)}
+            "summary": bench_log.profile_summary(rank["profile"]), "bench_json": bench_log.parse_llama_bench_json(text),
+            "bench_md": bench_log.parse_llama_bench_md(text), "timings": bench_log.parse_server_timings(text)}
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -183,7 +184,7 @@ def damaged_models(whole, seed):
 
 def assert_one_line_about(error, path):
     message = str(error)
-    assert isinstance(error, estimator.GGUFError), repr(error)
+    assert isinstance(error, gguf_header.GGUFError), repr(error)
     assert "\n" not in message and message.startswith(path + ": ") and len(message) < 400, message
 
 
@@ -195,8 +196,8 @@ def test_model_facts_on_damaged_files(tmp_path, model_bytes, seed):
             handle.write(data)
         started = time.monotonic()
         try:
-            strict_dump(estimator.model_facts(path))
-        except estimator.GGUFError as error:
+            strict_dump(gguf_header.model_facts(path))
+        except gguf_header.GGUFError as error:
             assert_one_line_about(error, path)
         assert time.monotonic() - started < SLOW_S, label
 
@@ -207,8 +208,8 @@ def test_header_facts_on_damaged_prefixes(tmp_path, model_bytes):
         with open(prefix, "wb") as handle:
             handle.write(data)
         try:
-            strict_dump(estimator.header_facts(prefix, len(model_bytes), "/models/m.gguf"))
-        except estimator.GGUFError as error:
+            strict_dump(gguf_header.header_facts(prefix, len(model_bytes), "/models/m.gguf"))
+        except gguf_header.GGUFError as error:
             assert_one_line_about(error, "/models/m.gguf")
             assert str(tmp_path) not in str(error), label  # the local copy is no use to the reader
 
@@ -221,7 +222,7 @@ def test_estimate_command_line_on_damaged_files(tmp_path, model_bytes, capsys):
             continue
         with open(path, "wb") as handle:
             handle.write(data)
-        status = estimator.main(["--gguf", path, "--tps", "10", "--mem-gib", "1,1e300", "--single-ms-per-token", "5"])
+        status = estimate.main(["--gguf", path, "--tps", "10", "--mem-gib", "1,1e300", "--single-ms-per-token", "5"])
         out, err = capsys.readouterr()
         if status == 0:
             json.loads(out, parse_constant=pytest.fail)

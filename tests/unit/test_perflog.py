@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import perflog
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench import perflog
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "perf")
 SCRIPT = os.path.join(os.path.dirname(FIXTURES), "..", "..", "plugins", "perflog.py")

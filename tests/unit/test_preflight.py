@@ -2,12 +2,10 @@ import os
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import model_selection_problems
-from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import (choice_problems, cluster_problems,
-                                                                              cluster_ranks, layer_window_problems,
-                                                                              positive_int_problems, rank_env_problems,
-                                                                              role_argument_specs,
-                                                                              role_input_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import model_selection_problems
+from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import (
+    choice_problems, cluster_problems, cluster_ranks, layer_window_problems, positive_int_problems, rank_env_problems,
+    role_argument_specs, role_input_problems)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,6 +1,7 @@
 """The fan-out file server on loopback: what it serves, its ranges, its limits, when it stops by itself."""
 
 import http.client
+import importlib.util
 import json
 import os
 import resource
@@ -12,9 +13,20 @@ import time
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.module_utils import range_server
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A program the models role copies onto a node, not a package module: loaded from its file.
+SCRIPT = os.path.join(ROOT, "roles", "models", "files", "range_server.py")
 
-SCRIPT = range_server.__file__
+
+def load_range_server():
+    spec = importlib.util.spec_from_file_location("range_server", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+range_server = load_range_server()
+
 PAYLOAD = bytes(range(256)) * 256  # 64 KiB
 SMALL = b"the second file\n"
 HALF_SENT = b"GET /a.gguf HTTP/1.1\r\nHost: peer\r\n"  # no blank line: the request never ends

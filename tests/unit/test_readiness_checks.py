@@ -1,8 +1,8 @@
 """Pure pieces of the readiness suite."""
 
 from ansible_collections.prima.cluster.plugins.module_utils.ring_probe import listening_ports
-from ansible_collections.prima.cluster.plugins.plugin_utils.readiness import (compiler_command, expected_weights,
-                                                                              first_line, glance, version_at_least)
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import (
+    compiler_command, expected_weights, first_line, glance, version_at_least)
 
 PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0A4D000A:C364 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0

@@ -1,7 +1,8 @@
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (GIB, gpu_layers, layer_window, rank_ports,
-                                                                         ring_neighbours, window_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.ring import (GIB, gpu_layers, layer_window,
+                                                                                rank_ports, ring_neighbours,
+                                                                                window_problems)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

@@ -5,8 +5,8 @@ import shlex
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils import serve
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import host_units, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import host_units, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.serve import supervision
 from test_launch import TINY, nodes, options
 
 SERVER = {"server": True, "server_bind": "127.0.0.1", "server_port": "8080", "server_parallel": "4",
@@ -60,11 +60,13 @@ def test_every_server_names_the_model_by_its_catalog_key(runtime):
 
 
 def test_the_printed_curl_asks_for_the_model_by_its_key_and_the_endpoints_are_said_per_runtime():
-    reached = serve.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/h", "70b")
+    reached = supervision.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/h", "70b")
     body = shlex.split(reached["curl"])[shlex.split(reached["curl"]).index("-d") + 1]
     assert json.loads(body)["model"] == "70b"
-    assert "native shape" in serve.openai_endpoints("prima") and "native" not in serve.openai_endpoints("llama_rpc")
-    lines = serve.status_lines({"name": "serve-prima-70b", "state": "running", "runtime": "prima", "model": "70b"})
+    assert "native shape" in supervision.openai_endpoints("prima")
+    assert "native" not in supervision.openai_endpoints("llama_rpc")
+    lines = supervision.status_lines({"name": "serve-prima-70b", "state": "running", "runtime": "prima",
+                                      "model": "70b"})
     assert lines[1].startswith('answers (model "70b"): OpenAI-style: /v1/models')
 
 
@@ -75,7 +77,7 @@ def test_single_server_and_bench_units_keep_their_names():
 
 
 def test_supervisor_config_reaches_peers_through_their_ssh_endpoint_with_the_serve_key():
-    config = serve.supervisor_config(server_plan("llama_rpc"), HOSTVARS, SETTINGS)
+    config = supervision.supervisor_config(server_plan("llama_rpc"), HOSTVARS, SETTINGS)
     ranks = config["ranks"]
     assert ranks[0] == {"rank": 0, "host": "n0", "role": "head",
                         "control": ["/etc/prima-bench/serve-llama_rpc-tiny.sh"]}
@@ -84,24 +86,24 @@ def test_supervisor_config_reaches_peers_through_their_ssh_endpoint_with_the_ser
     assert ssh[ssh.index("-p") + 1] == "2212" and "IdentityFile=/etc/prima-bench/serve/id_ed25519" in ssh
     assert config["health_url"] == "http://127.0.0.1:8080/health"
     assert config["clean_stop_exits"] == [0, 143]
-    assert serve.supervisor_config(server_plan("prima"), HOSTVARS, SETTINGS)["clean_stop_exits"] == [0, 143, 139]
+    assert supervision.supervisor_config(server_plan("prima"), HOSTVARS, SETTINGS)["clean_stop_exits"] == [0, 143, 139]
     assert config["state_file"] == "/var/lib/prima-bench/serve-llama_rpc-tiny/supervisor.json"
 
 
 def test_supervisor_config_refuses_a_bench_unit_and_a_bad_endpoint():
     bench = launch_plans(nodes(2), ["llama_rpc"], ["tiny"], {"tiny": TINY}, options())["llama_rpc-tiny"]
     with pytest.raises(ValueError, match="not a server unit"):
-        serve.supervisor_config(bench, HOSTVARS, SETTINGS)
+        supervision.supervisor_config(bench, HOSTVARS, SETTINGS)
     bad = dict(HOSTVARS, n1=dict(HOSTVARS["n1"], ansible_host="10.0.0.1; rm -rf /"))
     with pytest.raises(ValueError, match="host n1"):
-        serve.supervisor_config(server_plan("llama_rpc"), bad, SETTINGS)
+        supervision.supervisor_config(server_plan("llama_rpc"), bad, SETTINGS)
 
 
 def test_peer_units_are_the_workers_only():
     plans = {"serve-llama_rpc-tiny": server_plan("llama_rpc")}
-    assert serve.peer_units(plans, "n1", "/etc/prima-bench") == [
+    assert supervision.peer_units(plans, "n1", "/etc/prima-bench") == [
         {"name": "serve-llama_rpc-tiny", "script": "/etc/prima-bench/serve-llama_rpc-tiny.sh"}]
-    assert serve.peer_units(plans, "n0", "/etc/prima-bench") == []
+    assert supervision.peer_units(plans, "n0", "/etc/prima-bench") == []
     assert host_units(plans, "n1")[0]["name"] == "serve-llama_rpc-tiny"
 
 
@@ -119,7 +121,7 @@ def test_peer_units_are_the_workers_only():
     (119, False, "prima", "exited 119: stalled: no output and no traffic for its launch_server_stall_s"),
 ])
 def test_exit_meaning(code, stopping, runtime, words):
-    assert words in serve.exit_meaning(code, runtime, "head", stopping)
+    assert words in supervision.exit_meaning(code, runtime, "head", stopping)
 
 
 def test_status_lines_name_the_failed_rank_and_its_stderr():
@@ -127,31 +129,31 @@ def test_status_lines_name_the_failed_rank_and_its_stderr():
              "restarts": 1, "max_restarts": 1, "pid": 7, "failures": [{}, {}],
              "last_failure": {"rank": 1, "host": "n1", "role": "worker", "exit": 137, "at": "2026-12-03T10:00:00Z",
                               "stderr_tail": ["llama_model_load: ok", "killed"]}}
-    lines = serve.status_lines(state)
+    lines = supervision.status_lines(state)
     assert lines[0] == "serve-prima-tiny: failed (runtime prima, model tiny)"
     assert "last failure: rank 1 on n1 (worker): exited 137: killed (SIGKILL), by kill -9 or the OOM killer, at " \
            "2026-12-03T10:00:00Z" in lines
     lost = dict(state["last_failure"], exit=None, phase="starting",
                 message="rank 1 (worker on n1): lost contact: ssh exited 255")
-    assert serve.failure_text(lost, "prima") == ("rank 1 on n1 (worker): lost contact: ssh exited 255, while the ring "
-                                                 "was starting, at 2026-12-03T10:00:00Z")
+    assert supervision.failure_text(lost, "prima") == (
+        "rank 1 on n1 (worker): lost contact: ssh exited 255, while the ring was starting, at 2026-12-03T10:00:00Z")
     assert "  killed" in lines and "restarts: 1 of 1, failures: 2" in lines
     assert any(line.startswith("failed: restarts exhausted after rank 1 on n1") for line in lines)
     running = dict(state, state="running", alive=False, since="2026-12-03T10:00:00Z", last_failure=None)
-    assert "its supervisor (pid 7) is gone" in serve.status_lines(running)[0]
+    assert "its supervisor (pid 7) is gone" in supervision.status_lines(running)[0]
     stopped_head = {"rank": 0, "host": "n0", "exit": 139, "clean": True, "note": ""}
     stop = dict(state, state="stopped", stop={"clean": True, "ranks": [stopped_head]})
-    assert any("a clean stop" in line for line in serve.status_lines(stop))
+    assert any("a clean stop" in line for line in supervision.status_lines(stop))
 
 
 def test_reach_prints_a_tunnel_as_ansible_connects_and_a_curl_without_the_key():
-    reach = serve.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/prima-cluster/serve-n0.header")
+    reach = supervision.reach(HOSTVARS, "n0", "127.0.0.1", 8080, 18080, "/root/.config/prima-cluster/serve-n0.header")
     assert shlex.split(reach["ssh"]) == ["ssh", "-N", "-L", "18080:127.0.0.1:8080", "-p", "2210", "-i", "/keys/id",
                                          "-o", "LogLevel=ERROR", "root@10.77.0.3"]
     curl = shlex.split(reach["curl"])
     assert curl[curl.index("-H") + 1] == "@/root/.config/prima-cluster/serve-n0.header"
     assert curl[-1] == "http://127.0.0.1:18080/v1/chat/completions"
-    assert serve.reach(HOSTVARS, "n0", "0.0.0.0", 8080, 8080, "h")["ssh"].split()[3] == "8080:127.0.0.1:8080"
+    assert supervision.reach(HOSTVARS, "n0", "0.0.0.0", 8080, 8080, "h")["ssh"].split()[3] == "8080:127.0.0.1:8080"
 
 
 GOOD = {"serve_bind": "127.0.0.1", "serve_port": 8080, "serve_local_port": "18080", "serve_parallel": 4,
@@ -171,31 +173,31 @@ GOOD = {"serve_bind": "127.0.0.1", "serve_port": 8080, "serve_local_port": "1808
     ("serve_port", 9000, "serve_port 9000 is a port of the ring's ranks"),
 ])
 def test_settings_problems_name_the_variable(name, value, words):
-    assert serve.settings_problems(GOOD, [9000, 10000]) == []
-    problems = serve.settings_problems(dict(GOOD, **{name: value}), [9000, 10000])
+    assert supervision.settings_problems(GOOD, [9000, 10000]) == []
+    problems = supervision.settings_problems(dict(GOOD, **{name: value}), [9000, 10000])
     assert len(problems) == 1 and words in problems[0], problems
 
 
 def test_reach_keeps_an_ipv6_address_in_brackets_for_ssh():
-    assert shlex.split(serve.reach(HOSTVARS, "n0", "::1", 8080, 18080, "h")["ssh"])[3] == "18080:[::1]:8080"
+    assert shlex.split(supervision.reach(HOSTVARS, "n0", "::1", 8080, 18080, "h")["ssh"])[3] == "18080:[::1]:8080"
 
 
 def test_a_stalled_rank_reads_as_the_launchers_watchdog_said():
     failure = {"rank": 1, "host": "n1", "role": "worker", "exit": 119, "stalled_s": 300, "at": "2026-12-03T10:00:00Z",
                "message": "rank 1 (worker on n1): exited with status 119: stalled: no output and no traffic for 300 s"}
-    assert serve.failure_text(failure, "prima") == ("rank 1 on n1 (worker): exited 119: stalled: no output and no "
-                                                    "traffic for 300 s, at 2026-12-03T10:00:00Z")
+    assert supervision.failure_text(failure, "prima") == (
+        "rank 1 on n1 (worker): exited 119: stalled: no output and no traffic for 300 s, at 2026-12-03T10:00:00Z")
     assert {unit["stall_s"] for unit in server_plan("prima")["units"].values()} == {0}  # idle is not a stall
 
 
 @pytest.mark.parametrize("key", [None, 1234567890123456789, "", "short", "fifteen-chars-x", " " * 20,
                                  "sixteen-chars-ok\n", "with a blank in it here"])
 def test_an_api_key_that_cannot_guard_the_server_is_refused_naming_the_variable_and_the_fix(key):
-    [problem] = serve.api_key_problems(key, "vault_serve_api_key", "every request must carry it")
+    [problem] = supervision.api_key_problems(key, "vault_serve_api_key", "every request must carry it")
     assert problem.startswith("vault_serve_api_key: every request must carry it; set it in the vault, 16 characters")
     assert problem.endswith('ansible-vault encrypt_string "$(openssl rand -hex 24)" --name vault_serve_api_key')
 
 
 def test_a_good_api_key_passes_and_is_never_in_a_message():
-    assert serve.api_key_problems("sixteen-chars-ok") == [] and serve.api_key_problems("x" * 40) == []
-    assert "short-key" not in " ".join(serve.api_key_problems("short-key"))
+    assert supervision.api_key_problems("sixteen-chars-ok") == [] and supervision.api_key_problems("x" * 40) == []
+    assert "short-key" not in " ".join(supervision.api_key_problems("short-key"))

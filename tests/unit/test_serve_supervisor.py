@@ -608,22 +608,23 @@ def test_the_health_probes_watchdog_is_the_load_clients():
 
 
 def test_the_stall_words_are_the_controllers():
-    """The supervisor stands alone on its node: its copy of the stall status and words is held to serve.py's (and
-    the bench's and the watchdog's, which writes them)."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils import exitstatus, serve
+    """The supervisor stands alone on its node: its copy of the stall status and words is held to
+    launch/exit_status.py's (and the bench's and the watchdog's, which writes them)."""
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch import exit_status
+    from ansible_collections.prima.cluster.plugins.plugin_utils.serve import supervision
     from test_launch import wd
 
-    assert sv.STALL_EXIT == exitstatus.STALL_EXIT == wd.STALL_EXIT == 119
-    assert sv.STALL_WORDS == exitstatus.STALL_WORDS == wd.STALL_WORDS
+    assert sv.STALL_EXIT == exit_status.STALL_EXIT == wd.STALL_EXIT == 119
+    assert sv.STALL_WORDS == exit_status.STALL_WORDS == wd.STALL_WORDS
     # The supervisor's copy of the controller's table, word for word.
-    assert sv.STATUS_WORDS == exitstatus.STATUS_WORDS
-    for status in list(exitstatus.STATUS_WORDS) + [119, 2, 130, 200, 255]:
-        assert sv.status_words(status) == exitstatus.status_words(status, None, "launch_server_stall_s")
+    assert sv.STATUS_WORDS == exit_status.STATUS_WORDS
+    for status in list(exit_status.STATUS_WORDS) + [119, 2, 130, 200, 255]:
+        assert sv.status_words(status) == exit_status.status_words(status, None, "launch_server_stall_s")
     line = '{"running": false, "pid": 12, "exit": 119, "ended": 1.5, "stalled": 120}'
     assert sv.watch_outcome(json.loads(line), 0, "ssh") == (
         119, "exited with status 119: stalled: no output and no traffic for 120 s")
     assert sv.status_stalled(json.loads(line)) == 120 and sv.status_stalled({"stalled": None}) is None
-    assert serve.exit_meaning(119, "prima", "worker", stalled_s=120) == \
+    assert supervision.exit_meaning(119, "prima", "worker", stalled_s=120) == \
         "exited 119: stalled: no output and no traffic for 120 s"
     judged = sv.judge_stop(rank(1), True, "", json.loads(line), [0, 143])
     assert not judged["clean"] and judged["note"] == "exited with status 119: stalled: no output and no traffic " \
@@ -661,8 +662,8 @@ def test_a_stalled_worker_is_a_failure_with_its_cause(ring, tmp_path):
     assert failure["message"] == "rank 1 (worker on n1): exited with status 119: stalled: no output and no traffic " \
                                  "for 3 s"
     assert (up.state_dirs[1] / "stalled").read_text().startswith("3\nstalled: no output and no traffic for 3 s")
-    from ansible_collections.prima.cluster.plugins.plugin_utils import serve
+    from ansible_collections.prima.cluster.plugins.plugin_utils.serve import supervision
 
-    assert serve.failure_text(failure, "llama_rpc").startswith(
+    assert supervision.failure_text(failure, "llama_rpc").startswith(
         "rank 1 on n1 (worker): exited 119: stalled: no output and no traffic for 3 s, at ")
     assert up.nothing_running() and gone(worker)

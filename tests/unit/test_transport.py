@@ -3,15 +3,11 @@ the auto decision and the naming of a tunnel that dropped during a run."""
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import LaunchOptions, launch_plans
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (PortBases, authorized_key_line, choose,
-                                                                              drop_problems, forward_argv,
-                                                                              forward_endpoint, forward_user_problems,
-                                                                              known_hosts_name, needed_ports,
-                                                                              network_problems, port_problems,
-                                                                              probe_targets, rank_links,
-                                                                              sshd_check_argv, sshd_match_block,
-                                                                              sshd_problems, ssh_endpoint)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import LaunchOptions, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import (
+    PortBases, authorized_key_line, choose, drop_problems, forward_argv, forward_endpoint, forward_user_problems,
+    known_hosts_name, needed_ports, network_problems, port_problems, probe_targets, rank_links, sshd_check_argv,
+    sshd_match_block, sshd_problems, ssh_endpoint)
 
 BASES = PortBases(data=9000, signal=10000, rpc=50052, fanout=18090)
 RANKS = {"n0": 0, "n1": 1, "n2": 2}

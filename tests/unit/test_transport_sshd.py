@@ -20,10 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import (LOOPBACK, SSHD, authorized_key_line,
-                                                                              forward_argv, known_hosts_name,
-                                                                              sshd_check_argv, sshd_match_block,
-                                                                              sshd_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import (
+    LOOPBACK, SSHD, authorized_key_line, forward_argv, known_hosts_name, sshd_check_argv, sshd_match_block,
+    sshd_problems)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: it starts an sshd and makes a user for its forwards"),

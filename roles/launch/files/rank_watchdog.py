@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tu
 
 # The exit status rank.sh records for a rank stopped here: clear of 0/1, sysexits (64-78), Python's 120, xargs'
 # 123, timeout's 124-127, a signal's 128+N (134, 137, 139, 141, 143) and systemd's 200+. The same number and
-# words are in plugin_utils/benchrun.py, plugin_utils/serve.py and the serve supervisor (a test holds them equal).
+# words are in plugin_utils/launch/exit_status.py and the serve supervisor (a test holds them equal).
 STALL_EXIT = 119
 STALL_WORDS = "stalled: no output and no traffic for %s"
 IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")

@@ -74,7 +74,7 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-# A copy of the controller's plugin_utils/exitstatus.py (this program runs on a node without the collection);
+# A copy of the controller's plugin_utils/launch/exit_status.py (this program runs on a node without the collection);
 # tests/unit/test_serve_supervisor.py holds the two equal. STALL_EXIT is rank.sh's status for a rank its
 # watchdog stopped (launch_server_stall_s; roles/launch/files/rank_watchdog.py).
 STALL_EXIT = 119

@@ -1,6 +1,6 @@
 """Glows instances as Ansible hosts: which ones, in which order, under which name, with which variables.
 
-Pure functions over the instance objects of the SDK API (plugins/plugin_utils/glowsapi.py), used by the inventory
+Pure functions over the instance objects of the SDK API (plugins/plugin_utils/glows/api.py), used by the inventory
 plugin prima.cluster.glows. The root password (sshCred.password) never becomes a host variable and never reaches
 the inventory cache: the first contact takes it from the API itself (lookup prima.cluster.glows_ssh_password).
 """
@@ -12,7 +12,7 @@ import re
 import urllib.parse
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.glowsapi import GlowsError
+from ansible_collections.prima.cluster.plugins.plugin_utils.glows.api import GlowsError
 
 SAFE_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
 # An access host as DNS spells one (RFC 1123 labels); anything else (a leading '-', '=', spaces) could reach ssh as
@@ -92,7 +92,7 @@ def _vram_gib(hardware: Mapping[str, Any]) -> Optional[float]:
     gpus = _int(hardware.get("gpuNum"))
     if not per_gpu or per_gpu <= 0:
         return None
-    # GUESS (glowsapi.py): gpuRamMB is per GPU. Rounded down to 0.01 GiB, so never more than the card has.
+    # GUESS (api.py): gpuRamMB is per GPU. Rounded down to 0.01 GiB, so never more than the card has.
     total_mib = per_gpu * (gpus if gpus and gpus > 0 else 1)
     return math.floor(total_mib * 100 / MIB_PER_GIB) / 100
 

@@ -6,7 +6,7 @@ The readiness suite runs the same checks, so a cluster it passes is one bench.ym
 import json
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import first_file, model_bytes, weights_path
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import first_file, model_bytes, weights_path
 
 # Which build (local fact, as the pinned_build role writes it) each runtime runs, and which of its binaries.
 RUNTIME_BUILDS = {

@@ -10,9 +10,9 @@ import json
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.loadtest import level_summary, request_figures
-from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import (json_figure, not_a_number,
-                                                                            parse_server_timings)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.load_test import level_summary, request_figures
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.perflog import (
+    json_figure, not_a_number, parse_server_timings)
 
 MODES = ("run", "server")
 DEFAULT_CLIENTS = (1, 2, 4)

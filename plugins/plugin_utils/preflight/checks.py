@@ -8,8 +8,9 @@ import ipaddress
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch import (ENV_NAME, STALL_OPTIONS, shell_control_name,
-                                                                           stall_problem, window_option)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (ENV_NAME, STALL_OPTIONS,
+                                                                                shell_control_name, stall_problem,
+                                                                                window_option)
 
 HOSTNAME_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 # fullmatch: `$` alone would let a trailing newline through.

@@ -8,16 +8,16 @@ figures the report and results.jsonl are made of.
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchlog import parse_prima_rank, profile_summary
-from ansible_collections.prima.cluster.plugins.plugin_utils.exitstatus import STALL_EXIT, status_words
-from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import parse_perf
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.log import parse_prima_rank, profile_summary
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.perflog import parse_perf
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.exit_status import STALL_EXIT, status_words
 
 # What run_record and the judging read of a plan (as the launch role's launch_plans gives it).
 PLAN_KEYS = ("name", "runtime", "model", "world", "hosts", "split")
 
 
 def exit_meaning(status: Optional[int], stalled_s: Optional[int] = None) -> str:
-    """The exit status in words (plugin_utils/exitstatus.py); None: the rank still runs."""
+    """The exit status in words (plugin_utils/launch/exit_status.py); None: the rank still runs."""
     return "still running" if status is None else status_words(status, stalled_s)
 
 

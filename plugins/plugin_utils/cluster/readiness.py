@@ -1,5 +1,5 @@
 """Pure pieces of the readiness suite (tests/readiness): what a node should have, read from
-what it reports. The cluster checks themselves are bench.yml's own (benchchecks.py, launch.py,
+what it reports. The cluster checks themselves are bench.yml's own (bench/checks.py, launch/plan.py,
 the ring_probe module and its /proc/net/tcp parser), so the suite and the benchmark's preflight cannot disagree.
 """
 

@@ -7,13 +7,12 @@ import os
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchcost import (PRICE_FIELD, mtok_cell, price_cell,
-                                                                              record_prices, report_cost, usd_per_mtok)
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import (Key, boundary_costs, expectations,
-                                                                                  expected_cell, ratio_text,
-                                                                                  sweep_series)
-from ansible_collections.prima.cluster.plugins.plugin_utils.loadtest import load_table
-from ansible_collections.prima.cluster.plugins.plugin_utils.paths import REPORT_TEMPLATE
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.cost import (PRICE_FIELD, mtok_cell, price_cell,
+                                                                               record_prices, report_cost, usd_per_mtok)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.estimate import (
+    Key, boundary_costs, expectations, expected_cell, ratio_text, sweep_series)
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.load_test import load_table
+from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.paths import REPORT_TEMPLATE
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC", "single": "single node"}
 Number = Optional[float]
@@ -51,7 +50,7 @@ def result_line(record: Mapping[str, Any]) -> Dict[str, Any]:
     return line
 
 
-# bench.yml -e mode=server: a record per concurrency level (plugin_utils/benchserver.py), beside the sequential
+# bench.yml -e mode=server: a record per concurrency level (bench/server.py), beside the sequential
 # requests' records of mode "server", which the main table takes as it takes mode=run's runs.
 LOAD_MODE = "server-load"
 
@@ -306,7 +305,7 @@ def _sentence(text: str) -> str:
 
 
 def load_tables(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    """mode=server: per runtime x model x link, its concurrency levels as a table (loadtest.load_table), with
+    """mode=server: per runtime x model x link, its concurrency levels as a table (load_test.load_table), with
     where the clients ran and what each of them asked."""
     groups = {}  # type: Dict[Tuple[str, str, str], List[Mapping[str, Any]]]
     for record in records:
@@ -358,7 +357,7 @@ def render_report(records: Sequence[Mapping[str, Any]], profile: Sequence[Mappin
 
     plots = []  # type: List[Dict[str, str]]
     if plot_dir:
-        from ansible_collections.prima.cluster.plugins.plugin_utils.benchplot import plot_all
+        from ansible_collections.prima.cluster.plugins.plugin_utils.bench.plot import plot_all
 
         rows = aggregate(records)
         drawn = [series for series in sweep_series(rows) if len(series["rows"]) > 1]

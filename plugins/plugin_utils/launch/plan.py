@@ -7,13 +7,12 @@ same cluster always gets the same split (prima.cpp's own allocator is not reprod
 
 import dataclasses
 import re
-import urllib.parse
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.catalog import file_name_problem, model_key_problem
-from ansible_collections.prima.cluster.plugins.plugin_utils.ring import (gpu_layers, layer_window, rank_ports,
-                                                                         ring_neighbours, window_problems)
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import LOOPBACK, rpc_port
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.ring import (gpu_layers, layer_window, rank_ports,
+                                                                                ring_neighbours, window_problems)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import file_name_problem, model_key_problem
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import LOOPBACK, rpc_port
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3
@@ -242,7 +241,7 @@ def prima_units(hosts: Sequence[str], addresses: Sequence[str], memory: Sequence
     layer_bytes = max(model_bytes(entry) // n_layer, 1)
     gpu = gpu_layers(window, [rank["vram"] for rank in memory], layer_bytes) if window else None
     units = {}
-    # Through SSH, every port a rank connects to is a forward on its own loopback (transport.py).
+    # Through SSH, every port a rank connects to is a forward on its own loopback (transport/connections.py).
     ring_addresses = [LOOPBACK] * len(addresses) if options.transport == "ssh" else addresses
     for ring, host in zip(ring_neighbours(ring_addresses), hosts):
         rank = int(ring["rank"])
@@ -430,45 +429,3 @@ def listen_ports(plans: Mapping[str, Any], host: str) -> List[int]:
     for unit in host_units(plans, host):
         ports += [port for port in unit["listen"] if port not in ports]
     return sorted(ports)
-
-
-# What the templates put a value through where it must stay one line, or one word of a systemd command line.
-# The preflight refuses model keys, file names and environment names that would need this; the templates stay
-# safe when a value gets past it (playbooks/launch.yml alone, say).
-UNSAFE_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029\\]")
-C_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _c_escape(match: "re.Match[str]") -> str:
-    char = match.group(0)
-    return C_ESCAPES.get(char) or ("\\x%02x" % ord(char) if ord(char) < 0x100 else "\\u%04x" % ord(char))
-
-
-def c_escaped(value: Any) -> str:
-    """A value on one line (for a comment): backslashes and control characters C-escaped (\\n, \\x1b)."""
-    return UNSAFE_IN_A_LINE.sub(_c_escape, str(value))
-
-
-def systemd_text(value: Any) -> str:
-    """A value of a unit setting that takes plain text (Description=, WorkingDirectory=): one line, and no
-    specifiers (% doubled). A line can end in no backslash, so none continues onto the next."""
-    return c_escaped(value).replace("%", "%%")
-
-
-SYSTEMD_PLAIN_WORD = re.compile(r"[A-Za-z0-9/._+:,@=-]+")
-
-
-def systemd_executable(value: Any) -> str:
-    """The executable of a unit's command line (ExecStart=): as it is when plain, else double-quoted with C
-    escapes, which systemd undoes, and no specifiers (%%): systemd splits unquoted words at whitespace. systemd
-    expands no variables in the executable (an argument would need $$) and refuses one with quotes, backslashes
-    or control characters: the unit then fails to load, and nothing else runs."""
-    text = str(value)
-    if SYSTEMD_PLAIN_WORD.fullmatch(text):
-        return text
-    return '"%s"' % c_escaped(text).replace('"', '\\"').replace("%", "%%")
-
-
-def systemd_file_url(path: Any) -> str:
-    """A file:// URL of a path for Documentation= (percent-encoded, and % doubled against specifiers)."""
-    return "file://" + urllib.parse.quote(str(path), safe="/").replace("%", "%%")

@@ -3,7 +3,7 @@
 import os
 from typing import Any, Dict, List, Mapping, Sequence
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchestimate import curve_rates, expected_curve
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.estimate import curve_rates, expected_curve
 
 RUNTIME_TITLES = {"prima": "prima.cpp", "llama_rpc": "llama.cpp RPC"}
 

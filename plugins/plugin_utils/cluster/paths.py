@@ -2,8 +2,9 @@
 
 import os
 
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The report is the bench role's; plugin_utils/benchreport.py renders it.
+# This file is plugins/plugin_utils/cluster/paths.py: the root is four directories up.
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# The report is the bench role's; plugin_utils/bench/report.py renders it.
 REPORT_TEMPLATE = os.path.join(COLLECTION_ROOT, "roles", "bench", "templates", "report.md.j2")
 
 

@@ -241,8 +241,8 @@ def this_command_line_problems(loader: Any) -> List[str]:
     from ansible import context
     from ansible.parsing.splitter import parse_kv
 
-    from ansible_collections.prima.cluster.plugins.plugin_utils.paths import collection_path
-    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight import role_argument_specs
+    from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.paths import collection_path
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import role_argument_specs
 
     with open(collection_path("meta/extra_vars.yml")) as handle:
         extra_vars = yaml.safe_load(handle)

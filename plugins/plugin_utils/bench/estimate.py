@@ -1,19 +1,18 @@
 """The estimate beside each measurement (pure functions over aggregated rows, standard library).
 
-The model (the arithmetic is in estimate.py): decode is latency-bound, so a split model's time per token is the single node's (every layer
-once, wherever it runs) plus, per pipeline boundary crossed, half the measured round trip and
-the transfer of one token's activations at the link rate. Prefill moves the whole prompt's
-activations across each boundary once. The single-node run of the same model, in the same
-benchmark, calibrates the compute; the probe before each sweep step gives the round trip and,
-on an unshaped link, the throughput.
+The model (the arithmetic is in models/estimate.py): decode is latency-bound, so a split model's
+time per token is the single node's (every layer once, wherever it runs) plus, per pipeline boundary
+crossed, half the measured round trip and the transfer of one token's activations at the link rate.
+Prefill moves the whole prompt's activations across each boundary once. The single-node run of the
+same model, in the same benchmark, calibrates the compute; the probe before each sweep step gives
+the round trip and, on an unshaped link, the throughput.
 """
 
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.estimate import (boundaries_crossed,
-                                                                             boundary_bytes_per_token,
-                                                                             decode_estimate)
+from ansible_collections.prima.cluster.plugins.plugin_utils.models.estimate import (
+    boundaries_crossed, boundary_bytes_per_token, decode_estimate)
 
 Key = Tuple[str, str, str]
 

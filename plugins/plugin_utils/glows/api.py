@@ -16,7 +16,7 @@ to another host (a redirect off the API's own scheme, host and port is refused).
 #     code saw it, on HTTP 200; it is not even in the documented enum); 10 = instance not found; 17 = the
 #     custom_meta_key is already used (by this account or any other: the key is unique across Glows).
 #   - priceCent: an integer; its unit is taken to be US cents per hour (65 = $0.65/h).
-#   - hardware.gpuRamMB is taken to be per GPU, so a node's VRAM is gpuRamMB * gpuNum (glowsinventory.py).
+#   - hardware.gpuRamMB is taken to be per GPU, so a node's VRAM is gpuRamMB * gpuNum (inventory.py).
 #   - baseSnap's inner keys are taken to be {snapID, snapName}.
 #   - Statuses: only SchedQueued (pending) and Running (ready) are documented; a cancelled instance is taken to
 #     disappear from list and query.
@@ -291,7 +291,7 @@ class GlowsClient:
                              "(a released instance is gone)" % (where, code, message), code=code, status=status)
         if code != 0:
             raise self._fail("%s answered code %d (%s); fix the request or re-run later (the codes are not "
-                             "documented; see the GUESSES in plugins/plugin_utils/glowsapi.py)"
+                             "documented; see the GUESSES in plugins/plugin_utils/glows/api.py)"
                              % (where, code, message), code=code, status=status)
         if status != 200:
             raise self._fail("%s answered HTTP %d; re-run later or %s" % (where, status, URL_FIX), status=status)

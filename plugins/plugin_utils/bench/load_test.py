@@ -10,7 +10,7 @@ import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.prima.cluster.plugins.module_utils.load_client import DIGEST_KEY, delta_text
-from ansible_collections.prima.cluster.plugins.plugin_utils.perflog import json_figure, parse_server_timings
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.perflog import json_figure, parse_server_timings
 
 PERCENTILES = (50, 95, 99)
 Number = Optional[float]

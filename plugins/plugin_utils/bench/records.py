@@ -17,9 +17,9 @@ import os
 import tempfile
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchreport import append_results, render_report
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchrun import run_record
-from ansible_collections.prima.cluster.plugins.plugin_utils.benchserver import server_records
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.report import append_results, render_report
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.run import run_record
+from ansible_collections.prima.cluster.plugins.plugin_utils.bench.server import server_records
 
 JUDGED = "judged.json"
 LOST = "lost.json"

@@ -12,8 +12,8 @@ import shlex
 import signal
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.exitstatus import status_words
-from ansible_collections.prima.cluster.plugins.plugin_utils.transport import known_hosts_name, ssh_endpoint
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.exit_status import status_words
+from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import known_hosts_name, ssh_endpoint
 
 # prima.cpp's llama-server segfaults in its own cleanup on every shutdown at the pinned commit (SIGTERM: it
 # stops the ring, then exits 139). A stop that ends so is clean; a 139 while serving is a crash.

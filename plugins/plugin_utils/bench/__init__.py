@@ -1,0 +1,1 @@
+"""bench.yml: the checks across ranks, the runs judged, their logs parsed, records, estimates, costs, reports."""

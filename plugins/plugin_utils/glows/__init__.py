@@ -1,0 +1,1 @@
+"""Glows: the SDK API client, its instances as inventory hosts, renting and releasing them."""

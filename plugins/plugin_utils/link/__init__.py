@@ -1,0 +1,1 @@
+"""Shaping a node's cluster link for the link sweeps."""

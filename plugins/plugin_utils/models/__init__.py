@@ -1,0 +1,1 @@
+"""The models: the catalog, the GGUF header, and what a split model costs."""

@@ -1,0 +1,1 @@
+"""Checks before a playbook touches anything: the inventory, role inputs, and the -e values as typed."""

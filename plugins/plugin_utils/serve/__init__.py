@@ -1,0 +1,1 @@
+"""serve.yml: the ring as a server, supervised from rank 0's node."""

@@ -1,0 +1,1 @@
+"""How cross-node connections travel: direct, or through SSH port forwards."""
