@@ -112,6 +112,15 @@ def roles_named(repo: str) -> Set[str]:
                             "import_role"):
                     if isinstance(task, dict) and key in task:
                         named.add(str(task[key]["name"]).split(".")[-1])
+    # And the roles those depend on (transport runs as launch's dependency, in no play's roles: list).
+    pending = sorted(named)
+    while pending:
+        meta = os.path.join(repo, "roles", pending.pop(), "meta", "main.yml")
+        for entry in ((load_yaml(meta) or {}).get("dependencies") or []) if os.path.exists(meta) else []:
+            role = str(entry["role"] if isinstance(entry, dict) else entry).split(".")[-1]
+            if role not in named:
+                named.add(role)
+                pending.append(role)
     return named
 
 

@@ -6,7 +6,7 @@ import json
 import os
 import re
 
-from conftest import NODE_ROOT, PRIMA, rank_processes, write_figures
+from conftest import BOTH_MODES_RUNS, NODE_ROOT, PRIMA, rank_processes, write_figures
 
 
 def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
@@ -25,7 +25,7 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
     lines = [line for line in lines if line["run_id"] == run_id]
     sequential = [line for line in lines if line["mode"] == "server"]
     levels = [line for line in lines if line["mode"] == "server-load"]
-    assert len(sequential) == 5 * len(runtimes) and len(levels) == 2 * len(runtimes)
+    assert len(sequential) == BOTH_MODES_RUNS * len(runtimes) and len(levels) == 2 * len(runtimes)
     assert len(lines) == len(sequential) + len(levels)
     for line in lines:
         assert line["runtime"] in runtimes and line["model"] == "tiny"
