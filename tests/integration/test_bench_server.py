@@ -53,7 +53,8 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
 
     raw = json.loads((reports / run_id / "raw" / "n0" / "serve-llama_rpc-tiny" / levels[0]["link"]
                       / "load.json").read_text())
-    assert len(raw["sequential"]) == 6 and raw["sequential"][0]["warmup"]  # one warm-up, five measured
+    # One warm-up, then the measured requests.
+    assert len(raw["sequential"]) == BOTH_MODES_RUNS + 1 and raw["sequential"][0]["warmup"]
     assert [len(level["requests"]) for level in raw["levels"]] == [2, 4]
     assert all(request["arrivals"] for level in raw["levels"] for request in level["requests"])
 
