@@ -135,5 +135,6 @@ test-deps:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server; \
 	  rc=$$?; [ -z "$$made_policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
+# Two pytests side by side (tools/run_tests.sh): the integration suite on the sandbox, the rest beside it.
 test: venv test-deps
-	$(BIN)/pytest tests --durations=15 $(PYTEST_ARGS)
+	BIN=$(BIN) tools/run_tests.sh $(PYTEST_ARGS)

@@ -321,10 +321,28 @@ def assert_clean_failure(result, reports, results_before, *expected):
     assert glob.glob(str(reports / "*" / "raw" / "*" / "*" / "*" / "*" / "stderr")), "raw logs were not kept"
 
 
+def sandbox_net_namespaces() -> set:
+    """The network namespaces of the sandbox's nodes (and of its hub and gateway): /run/netns/psb-*."""
+    return {os.stat(path).st_ino for path in glob.glob("/run/netns/psb-*")}
+
+
 def rank_processes():
-    """Every rank process on any node (the sandbox's nodes share the host's process table)."""
+    """Every rank process on any node: a process inside one of the sandbox's network namespaces whose command
+    line names a rank binary or a launcher. The unit suite (make test runs it beside this one) starts launchers
+    and supervisors of its own on the host; those are not the nodes'."""
+    namespaces = sandbox_net_namespaces()
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=False).stdout
-    return [line.strip() for line in out.splitlines() if RANK_BINARIES.search(line) and "ps -eo" not in line]
+    found = []
+    for line in out.splitlines():
+        if not RANK_BINARIES.search(line) or "ps -eo" in line:
+            continue
+        try:
+            namespace = os.stat("/proc/%s/ns/net" % line.split()[0]).st_ino
+        except OSError:
+            continue  # gone since ps listed it
+        if namespace in namespaces:
+            found.append(line.strip())
+    return found
 
 
 def wait_for(predicate, timeout, what):
