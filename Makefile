@@ -113,11 +113,13 @@ variables: venv
 
 # The figures that take minutes of runs to make, kept out of make test (which runs each benchmark's path once, on
 # fewer runs): bench.yml's overhead per measured run in both modes (every runtime, five runs), the SSH transport
-# against direct, and the parsers' speed. The sandbox must be up; site.yml first makes sure it is provisioned.
+# against direct, weights fan-out against every node downloading, and the parsers' speed. The sandbox must be up;
+# site.yml first makes sure it is provisioned.
 figures: site-sandbox
 	@mkdir -p artifacts
 	$(BIN)/python benchmarks/bench_overhead.py --runtime all --runs 5 --inventory $(SANDBOX_INVENTORY)
 	$(BIN)/python benchmarks/tunnel_cost.py --runs 5
+	$(BIN)/python benchmarks/models_fanout.py --hub-rate 20mbit
 	$(BIN)/python benchmarks/parser_speed.py | tee artifacts/parser-speed.json
 
 unit: venv
