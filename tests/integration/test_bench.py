@@ -52,6 +52,9 @@ def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
                for run in runs)
     assert "Transport (how the ranks reached each other; cluster_network): ssh: auto: " in report
     assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
+    # site.yml set the transport up with the same inputs and recorded it: bench.yml wrote none of its files.
+    assert "Set up this node's transport (skipped by a run" in stdout
+    assert "transport/tasks/write.yml" not in stdout
     # The probe before the runs: the head reaches both RPC workers through its forwards (worker rank R on
     # 50052 + R - 1), with a handshake time and a throughput.
     network = {(row["host"], row["target"]): row for row in runs[0]["network"]}
