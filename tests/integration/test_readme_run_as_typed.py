@@ -23,7 +23,7 @@ import pytest
 
 from ansible_collections.prima.cluster.tests import readme_commands as rc
 from ansible_collections.prima.cluster.tests.fakes.glows_api import serving as glows_serving
-from conftest import ARTIFACTS, REPO, run_playbook, write_figures
+from conftest import ARTIFACTS, REPO, SITE_AS_TYPED, run_playbook, write_figures
 
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 TOKEN = "readme-sdk-token"
@@ -165,12 +165,20 @@ def test_the_sandbox_step_by_step(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     commands = list(rc.to_run(rc.SANDBOX))
+    assert SITE_AS_TYPED in [variant for dummy, variant in commands], "the README's site command is no longer " \
+        "%r: conftest.SITE_AS_TYPED runs it as the session's second site.yml" % SITE_AS_TYPED
     serving = False
     try:
         for index, (dummy, variant) in enumerate(commands):
             label = "sandbox-%d" % index
             starts = "serve.yml" in variant and not re.search(r"state=(stopped|status)\b", variant)
             serving = serving or starts
+            if variant == SITE_AS_TYPED:
+                # site_runs ran it as typed, as the session's second site.yml (changed=0 there: test_site).
+                second = provisioned[1]
+                assert second.rc == 0, second.describe()
+                SECONDS[variant] = round(second.seconds, 1)
+                continue
             done = as_typed(variant, label, PRIMA_BENCH_REPORTS_DIR=str(reports))
             assert done.returncode == 0, said(done)
             if "serve.yml" in variant and "state=stopped" in variant:
