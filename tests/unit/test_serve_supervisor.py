@@ -6,6 +6,7 @@ import http.server
 import importlib.util
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -262,6 +263,7 @@ server.serve_forever()
 WORKER_PROGRAM = r'''
 import socket, sys, time
 listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 listener.bind(("127.0.0.1", int(sys.argv[1])))
 listener.listen()
 print("worker ready on port %s" % sys.argv[1], file=sys.stderr, flush=True)
@@ -272,9 +274,17 @@ SSHD_STAND_IN = '#!/bin/bash\n# what sshd does with a forced command: the reques
 
 
 def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port below the ephemeral range: one the kernel hands out for outgoing connections (the suite beside
+    this one makes many) can be taken again, or left in TIME_WAIT, before the rank binds it."""
+    low, dummy = (int(part) for part in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    while True:
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def sh(*argv):
@@ -634,6 +644,7 @@ def test_the_stall_words_are_the_controllers():
 HEARTBEAT_WORKER = r'''
 import socket, sys, time
 listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 listener.bind(("127.0.0.1", int(sys.argv[1])))
 listener.listen()
 print("worker ready on port %s" % sys.argv[1], file=sys.stderr, flush=True)
