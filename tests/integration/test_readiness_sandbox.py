@@ -1,5 +1,5 @@
 """The readiness suite on the provisioned sandbox: it passes, then fails naming the node and the
-check for each thing broken (one at a time), and passes again once everything is repaired (one run after the
+check for each thing broken (three at once where none hides another, a stopped sshd alone), and passes again once everything is repaired (one run after the
 last repair, test_passes_again_once_everything_is_repaired: each test repairs what it broke)."""
 
 import os
@@ -54,26 +54,32 @@ def ready(site_runs):
 REPAIRED = []
 
 
-def broken_then_repaired(label, break_it, repair, expected):
+def broken_then_repaired(label, breakages, expected):
+    """Break what each (break_it, repair) pair breaks, run the suite, repair all (also when an assertion failed);
+    the run's outcomes, after checking that it failed, named each key of `expected` and printed its summary."""
+    repairs = []
     try:
-        break_it()
+        for break_it, repair in breakages:
+            break_it()
+            repairs.append(repair)
         run, outcomes = readiness(label)
         assert run.returncode != 0
         for key in expected:
             assert outcomes.get(key) == "fail", "%s did not fail:\n%s" % (key, run.stdout[-4000:])
         assert "readiness at a glance" in run.stdout
+        return outcomes
     finally:
-        repair()
+        for repair in reversed(repairs):
+            repair()
         REPAIRED.append(label)
 
 
-def test_missing_weights(ready):
+def missing_weights():
     weights = os.path.join(NODE_ROOT % "n1", "opt/models/tiny.gguf")
-    broken_then_repaired("no-weights", lambda: os.rename(weights, weights + ".away"),
-                         lambda: os.rename(weights + ".away", weights), [("weights", "n1")])
+    return lambda: os.rename(weights, weights + ".away"), lambda: os.rename(weights + ".away", weights)
 
 
-def test_changed_binary(ready):
+def changed_binary():
     current = os.path.join(NODE_ROOT % "n2", "opt/llama.cpp/current")
     target = os.readlink(current)
     build = (os.path.join(NODE_ROOT % "n2", target.lstrip("/")) if os.path.isabs(target)
@@ -89,22 +95,54 @@ def test_changed_binary(ready):
             handle.seek(1000)
             handle.write(bytes([byte[0] ^ 0xFF]))
 
-    broken_then_repaired("changed-binary", flip, lambda: os.replace(saved, binary), [("llama_cpp_build", "n2")])
+    return flip, lambda: os.replace(saved, binary)
 
 
-def test_occupied_rank_port(ready):
-    holder = subprocess.Popen(["ip", "netns", "exec", "psb-n1", sys.executable, "-c",
-                               "import socket, time\ns = socket.socket()\n"
-                               "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                               "s.bind(('0.0.0.0', 50052))\ns.listen(1)\ntime.sleep(3600)"])
-    time.sleep(1)
+def occupied_rank_port():
+    holders = []
+
+    def occupy():
+        holders.append(subprocess.Popen(["ip", "netns", "exec", "psb-n1", sys.executable, "-c",
+                                         "import socket, time\ns = socket.socket()\n"
+                                         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                                         "s.bind(('0.0.0.0', 50052))\ns.listen(1)\ntime.sleep(3600)"]))
+        time.sleep(1)
 
     def release():
-        holder.kill()
-        holder.wait()
+        for holder in holders:
+            holder.kill()
+            holder.wait()
 
-    broken_then_repaired("occupied-port", lambda: None, release,
-                         [("rank_ports_free", "n1"), ("ranks_reach_each_other", "cluster")])
+    return occupy, release
+
+
+# Three breakages that do not hide one another (a node's weights, another node's binary, a port), broken together
+# and judged in one run: each is named on its own node and check. A stopped sshd hides every check of its node, so
+# it gets a run of its own.
+TOGETHER = {"weights": ("weights", "n1"), "binary": ("llama_cpp_build", "n2"), "port": ("rank_ports_free", "n1")}
+
+
+@pytest.fixture(scope="module")
+def broken_together(ready):
+    return broken_then_repaired("weights-binary-port", [missing_weights(), changed_binary(), occupied_rank_port()],
+                                list(TOGETHER.values()) + [("ranks_reach_each_other", "cluster")])
+
+
+def test_missing_weights(broken_together):
+    assert broken_together[TOGETHER["weights"]] == "fail"
+    # n1's other checks stand: a missing file is named alone.
+    assert broken_together[("compiler", "n1")] == "pass"
+
+
+def test_changed_binary(broken_together):
+    assert broken_together[TOGETHER["binary"]] == "fail"
+    assert broken_together[("llama_cpp_build", "n0")] == "pass"
+
+
+def test_occupied_rank_port(broken_together):
+    assert broken_together[TOGETHER["port"]] == "fail"
+    assert broken_together[("ranks_reach_each_other", "cluster")] == "fail"
+    assert broken_together[("rank_ports_free", "n0")] == "pass"
 
 
 def sshd_pids(node):
@@ -137,8 +175,8 @@ def test_stopped_sshd(ready):
             except OSError:
                 time.sleep(0.3)
 
-    broken_then_repaired("stopped-sshd", stop, start, [("compiler", "n1"), ("weights", "n1"),
-                                                       ("ranks_reach_each_other", "cluster")])
+    broken_then_repaired("stopped-sshd", [(stop, start)], [("compiler", "n1"), ("weights", "n1"),
+                                                          ("ranks_reach_each_other", "cluster")])
 
 
 def test_passes_again_once_everything_is_repaired(ready):
