@@ -682,10 +682,11 @@ def test_the_plan_gives_each_unit_its_stall_watchdog():
     assert {unit["stall_s"] for unit in plan_for("prima", 3)["units"].values()} == {120}
     assert {unit["stall_s"] for unit in plan_for("llama_rpc", 2, stall_s="30")["units"].values()} == {30}
     # A served ring idles between requests without a byte moving: no watchdog unless asked for.
-    served = launch_plans(nodes(2), ["prima"], ["tiny"], {"tiny": TINY}, options(server=True))["serve-prima-tiny"]
+    served = launch_plans(nodes(2), ["prima"], ["tiny"], {"tiny": TINY},
+                          options(server=True, server_port="8080"))["serve-prima-tiny"]
     assert {unit["stall_s"] for unit in served["units"].values()} == {0}
     served = launch_plans(nodes(2), ["prima"], ["tiny"], {"tiny": TINY},
-                          options(server=True, server_stall_s="600"))["serve-prima-tiny"]
+                          options(server=True, server_port="8080", server_stall_s="600"))["serve-prima-tiny"]
     assert {unit["stall_s"] for unit in served["units"].values()} == {600}
     assert options(stall_s=0).stall_s == 0 and options(stall_s=2.0).stall_s == 2
 

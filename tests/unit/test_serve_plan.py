@@ -1,9 +1,11 @@
 """serve.yml's plans and words: the server units' argv, the supervisor's configuration, exit statuses, status."""
 
 import json
+import os
 import shlex
 
 import pytest
+import yaml
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import host_units, launch_plans
 from ansible_collections.prima.cluster.plugins.plugin_utils.serve import supervision
@@ -201,3 +203,23 @@ def test_an_api_key_that_cannot_guard_the_server_is_refused_naming_the_variable_
 def test_a_good_api_key_passes_and_is_never_in_a_message():
     assert supervision.api_key_problems("sixteen-chars-ok") == [] and supervision.api_key_problems("x" * 40) == []
     assert "short-key" not in " ".join(supervision.api_key_problems("short-key"))
+
+
+@pytest.mark.parametrize("port", [None, "0", "70000"])
+def test_a_server_without_a_port_is_refused_naming_the_option(port):
+    overrides = dict(SERVER, server_port=port) if port is not None else \
+        {key: value for key, value in SERVER.items() if key != "server_port"}
+    with pytest.raises(ValueError, match=r"launch option server_port: .* is not a port \(1-65535\)"):
+        options(**overrides)
+
+
+def test_the_server_port_has_one_definition_the_roles_take_by_default():
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def defaults(role):
+        with open(os.path.join(repo, "roles", role, "defaults", "main.yml")) as handle:
+            return yaml.safe_load(handle)
+
+    assert isinstance(defaults("cluster")["cluster_server_port"], int)
+    for role, name in (("serve", "serve_port"), ("launch", "launch_server_port"), ("bench", "bench_server_port")):
+        assert defaults(role)[name] == "{{ cluster_server_port }}", (role, name)

@@ -80,7 +80,8 @@ class LaunchOptions:
     # the units are named serve-<runtime>-<model>, and the prompt and token count come with each request.
     server: bool = False
     server_bind: str = "127.0.0.1"
-    server_port: int = 8080
+    # No default of its own: the launch role passes cluster_server_port (roles/cluster), the one definition.
+    server_port: int = 0
     server_parallel: int = 1
     # The key is read by llama-server from this file (mode 0600), never from argv: argv is in `ps` for anyone.
     server_api_key_file: str = ""
@@ -106,6 +107,9 @@ class LaunchOptions:
                 typed[name] = _typed(name, fields[name].type, value)
             except (TypeError, ValueError) as error:
                 problems.append("launch option %s: %s" % (name, error))
+        if typed.get("server") and not 1 <= typed.get("server_port", 0) <= 65535:
+            problems.append("launch option server_port: %r is not a port (1-65535), and a server listens on one"
+                            % (values.get("server_port"),))
         if problems:
             raise ValueError("; ".join(problems))
         return cls(**typed)
