@@ -8,8 +8,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.escaping import (
     c_escaped, systemd_executable, systemd_file_url, systemd_text)
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (LaunchOptions, cluster_nodes,
-                                                                                host_units, launch_plans, rank_hosts,
-                                                                                weights_path)
+                                                                                host_units, launch_plans, plan_name,
+                                                                                plan_names, rank_hosts, weights_path)
 
 
 def plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],
@@ -28,6 +28,8 @@ class FilterModule:
             "launch_weights_path": weights_path,
             "launch_cluster_nodes": cluster_nodes,
             "launch_plans": plans,
+            "launch_plan_name": plan_name,
+            "launch_plan_names": plan_names,
             "launch_host_units": host_units,
             # For the templates (roles/launch/templates): a value in a comment, a unit setting, ExecStart's executable.
             "launch_c_escaped": c_escaped,

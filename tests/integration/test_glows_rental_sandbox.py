@@ -104,7 +104,8 @@ def test_rent_provision_bench_release(fake_glows, tmp_path):
         rows = [json.loads(line) for line in (tmp_path / "reports" / "results.jsonl").read_text().splitlines()]
         assert rows and all(isinstance(row.get("usd_per_mtok"), float) and row["usd_per_mtok"] > 0 for row in rows)
     finally:
-        release = run_playbook("playbooks/glows-release.yml", envvars=envvars, label="glows-release")
+        release = run_playbook("playbooks/glows-release.yml", envvars=envvars, label="glows-release",
+                               extravars={"glows_rental_poll_s": 1})
     assert release.status == "successful", release.describe()
     cost_line = next(line for line in report.splitlines() if line.startswith("Cost of this run"))
     write_figures("glows-rental-figures.json", {

@@ -7,7 +7,8 @@ import shlex
 import pytest
 import yaml
 
-from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import host_units, launch_plans
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (host_units, launch_plans, plan_name,
+                                                                                plan_names)
 from ansible_collections.prima.cluster.plugins.plugin_utils.serve import supervision
 from test_launch import TINY, nodes, options
 
@@ -223,3 +224,13 @@ def test_the_server_port_has_one_definition_the_roles_take_by_default():
     assert isinstance(defaults("cluster")["cluster_server_port"], int)
     for role, name in (("serve", "serve_port"), ("launch", "launch_server_port"), ("bench", "bench_server_port")):
         assert defaults(role)[name] == "{{ cluster_server_port }}", (role, name)
+
+
+def test_plan_names_are_the_planner_s_own_in_bench_order():
+    assert plan_names(["llama_rpc", "single"], ["tiny", "tiny-split"]) == [
+        "llama_rpc-tiny", "llama_rpc-tiny-split", "single-tiny", "single-tiny-split"]
+    assert plan_name("prima", "70b", True) == "serve-prima-70b"
+    planned = launch_plans(nodes(2), ["llama_rpc", "single"], ["tiny"], {"tiny": TINY}, options())
+    assert sorted(planned) == sorted(plan_names(["llama_rpc", "single"], ["tiny"]))
+    served = launch_plans(nodes(2), ["llama_rpc"], ["tiny"], {"tiny": TINY}, options(**SERVER))
+    assert list(served) == plan_names(["llama_rpc"], ["tiny"], server=True)

@@ -383,6 +383,17 @@ def cluster_nodes(hosts: Sequence[str], hostvars: Mapping[str, Any], reserve_mib
     return nodes
 
 
+def plan_name(runtime: str, model: str, server: bool = False) -> str:
+    """A unit's name, which is also its launcher script's and its state directory's: `<runtime>-<model>`, a server's
+    `serve-<runtime>-<model>`. bench.yml and serve.yml find their units by it (filter launch_plan_names)."""
+    return "%s%s-%s" % ("serve-" if server else "", runtime, model)
+
+
+def plan_names(runtimes: Sequence[str], models: Sequence[str], server: bool = False) -> List[str]:
+    """Every unit's name, runtime by runtime (each model in turn): the order bench.yml runs them in."""
+    return [plan_name(runtime, model, server) for runtime in runtimes for model in models]
+
+
 def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], models: Sequence[str],
                  catalog: Mapping[str, Any], options: LaunchOptions) -> Dict[str, Any]:
     """Every unit to render, by name `<runtime>-<model>`."""
@@ -398,7 +409,7 @@ def launch_plans(nodes: Sequence[Mapping[str, Any]], runtimes: Sequence[str], mo
         if unsafe:
             raise ValueError("model %r: %s" % (model, "; ".join(unsafe)))
         for runtime in runtimes:
-            name = "%s%s-%s" % ("serve-" if options.server else "", runtime, model)
+            name = plan_name(runtime, model, options.server)
             unit = UnitContext(options=options, weights=weights_path(catalog[model], options.models_dir),
                                state_dir="%s/%s" % (options.state_dir.rstrip("/"), name), threads=threads,
                                model=model)
