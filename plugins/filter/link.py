@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.link.shaping import (
-    interface_with, parse_links, route_source, shaping_result, step_commands)
+    interface_with, links_problems, parse_links, route_source, shaping_result, step_commands)
 
 
 def link_steps(value: Any) -> List[Dict[str, Any]]:
@@ -13,14 +13,6 @@ def link_steps(value: Any) -> List[Dict[str, Any]]:
         return parse_links(value)
     except ValueError as error:
         raise AnsibleFilterError(str(error))
-
-
-def link_steps_problems(value: Any) -> List[str]:
-    try:
-        parse_links(value)
-    except ValueError as error:
-        return [str(error)]
-    return []
 
 
 def link_interface_with(address: str, ip_output: str) -> str:
@@ -43,7 +35,7 @@ class FilterModule:
         return {
             "link_route_source": route_source,
             "link_steps": link_steps,
-            "link_steps_problems": link_steps_problems,
+            "link_steps_problems": links_problems,
             "link_interface_with": link_interface_with,
             "link_shaping_commands": link_shaping_commands,
             "link_shaping_result": link_shaping_result,

@@ -131,11 +131,12 @@ def cluster_plans(cluster):
     launch role's own planner, with its options from the same variables."""
     from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import GIB, LaunchOptions, launch_plans
     from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import merged_catalog, models_selection
+    from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import runtimes_selection
 
     first = cluster[0]
     catalog = merged_catalog(first.var("models_catalog", {}), first.var("models_extra_catalog", {}))
     models = models_selection(first.var("model"), first.var("models_enabled", []), catalog)[:1]
-    runtimes = (["prima"] if first.var("prima_enabled", True) else []) + ["llama_rpc", "single"]
+    runtimes = runtimes_selection("all", bool(first.var("prima_enabled", True)))
     # Ports and addresses are what matter here; memory only sizes the layer window, threads nothing.
     nodes = [{"host": item.name, "address": str(item.var("cluster_ip")), "cores": 1,
               "memory": {"ram": 64 * GIB, "vram": 0, "total": 64 * GIB}} for item in cluster]

@@ -92,6 +92,15 @@ def parse_links(value: Union[str, Sequence[str], None]) -> List[Dict[str, Any]]:
     return steps
 
 
+def links_problems(value: Union[str, Sequence[str], None]) -> List[str]:
+    """Why -e links=... is not a sweep (parse_links's error), or none."""
+    try:
+        parse_links(value)
+    except ValueError as error:
+        return [str(error)]
+    return []
+
+
 def interface_with(address: str, ip_output: str) -> Optional[str]:
     """The device holding `address`, from `ip -o -4 addr show` ("2: eth0    inet 10.0.0.1/24 ...")."""
     for line in ip_output.splitlines():

@@ -235,14 +235,15 @@ def choice_problems(value: Any, choices: Iterable[str], variable: str) -> List[s
 RUNTIMES = ("prima", "llama_rpc", "single")
 
 
-def _runtime_words(value: Any) -> List[str]:
+def runtime_words(value: Any) -> List[str]:
+    """-e runtime=llama_rpc,single (or a list) as its words."""
     words = value if isinstance(value, (list, tuple)) else str(value).split(",")
     return [str(word).strip() for word in words]
 
 
 def runtimes_problems(value: Any, variable: str = "runtime") -> List[str]:
     """`all`, or a comma-separated list of runtimes without repeats."""
-    words = _runtime_words(value)
+    words = runtime_words(value)
     if words == ["all"]:
         return []
     fix = ",".join(RUNTIMES[1:])
@@ -258,7 +259,7 @@ def runtimes_problems(value: Any, variable: str = "runtime") -> List[str]:
 
 def runtimes_selection(value: Any, prima_built: bool) -> List[str]:
     """The runtimes a bench runs, in the order given; `all` is every runtime built (prima.cpp first)."""
-    words = _runtime_words(value)
+    words = runtime_words(value)
     if words == ["all"]:
         return [runtime for runtime in RUNTIMES if prima_built or runtime != "prima"]
     return list(dict.fromkeys(words))
