@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,18 +19,34 @@ import testinfra
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The suite runs on the sandbox shaped like Glows (an access gateway, nodes that cannot reach each other);
-# FLAT_INVENTORY is the same nodes on a flat network (flat_topology() switches the running sandbox).
-SANDBOX_INVENTORY = os.path.join(REPO, "inventory", "sandbox-mapped.yml")
+# The suite runs on the sandbox shaped like Glows (an access gateway, nodes that cannot reach each other), on one of
+# its clusters: `a` (inventory/sandbox-mapped.yml, n0-n2, brought up by the session) by default; `b`
+# (inventory/sandbox-mapped-b.yml, n3-n5: copies of a's nodes once provisioned, see second_cluster) when
+# PRIMA_TEST_CLUSTER=b, as tools/run_tests.sh runs part of the suite beside the rest.
+# FLAT_INVENTORY is cluster a on a flat network (flat_topology() switches the running sandbox).
+CLUSTER = os.environ.get("PRIMA_TEST_CLUSTER", "a")
+CLUSTER_INVENTORIES = {"a": "sandbox-mapped.yml", "b": "sandbox-mapped-b.yml"}
+if CLUSTER not in CLUSTER_INVENTORIES:
+    raise pytest.UsageError("PRIMA_TEST_CLUSTER is %r; use a (the default) or b" % CLUSTER)
+SANDBOX_INVENTORY = os.path.join(REPO, "inventory", CLUSTER_INVENTORIES[CLUSTER])
 FLAT_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
 ACCESS_ADDRESS = "10.77.0.3"
-SSH_PORTS = {"n0": 2210, "n1": 2211, "n2": 2212}
+
+
+def _inventory_hosts(path: str) -> Dict[str, Dict[str, Any]]:
+    with open(path) as handle:
+        return yaml.safe_load(handle)["all"]["children"]["sandbox"]["children"]["cluster"]["hosts"]
+
+
+# The cluster's nodes in rank order, as the inventory lists them (n0, n1, n2 on cluster a), and their gateway ports.
+SSH_PORTS = {name: host["ansible_port"] for name, host in _inventory_hosts(SANDBOX_INVENTORY).items()}
+NODES = list(SSH_PORTS)
+N0, N1, N2 = NODES
 ARTIFACTS = os.path.join(REPO, "artifacts")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
-# The session's second site.yml is the README's own command for it ("Sandbox, step by step"), run through bash
-# as typed: test_readme_run_as_typed takes that run's result instead of running the same no-op again.
+# The session's second site.yml is the README's own command for it ("Sandbox, step by step"), run through bash as
+# typed: test_readme_run_as_typed takes that run's result instead of running the same no-op again.
 SITE_AS_TYPED = "make site-sandbox"
-NODES = ["n0", "n1", "n2"]
 # A local prima.cpp mirror may hold the pinned tree under another commit (a snapshot
 # without GitHub's large files, say): PRIMA_CPP_VERSION names the commit to build then.
 PRIMA_EXTRAVARS = {"prima_version": os.environ["PRIMA_CPP_VERSION"]} if os.environ.get("PRIMA_CPP_VERSION") else {}
@@ -156,7 +173,8 @@ def _runner_args(playbook: str, inventory: str, extravars: Optional[Dict[str, An
 
 
 # One line per playbook run of the suite (label, seconds, the test that ran it): where make test's time goes.
-PLAYBOOK_SECONDS = os.path.join(ARTIFACTS, "playbook-seconds.jsonl")
+PLAYBOOK_SECONDS = os.path.join(ARTIFACTS, "playbook-seconds.jsonl" if CLUSTER == "a" else
+                                "playbook-seconds-%s.jsonl" % CLUSTER)
 
 
 def pytest_sessionstart(session) -> None:
@@ -203,11 +221,42 @@ class BackgroundRun:
         return _finish(self.runner, self.started, self.label)
 
 
+# A copy of rank 0's root as site_runs provisioned it (SNAPSHOT/<N0>/root), taken once the session's site.yml
+# runs are over: cluster b's nodes start from it, and the rental test rents its instances from it. The file
+# SNAPSHOT/complete says the copy is whole. Under the sandbox's state directory, so sandbox-down removes it.
+SNAPSHOT = "/var/lib/prima-sandbox/snapshots/provisioned"
+
+
+def snapshot_provisioned() -> None:
+    from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import copy_root
+
+    if os.path.exists(SNAPSHOT):
+        shutil.rmtree(SNAPSHOT)
+    home = os.path.join(SNAPSHOT, N0)
+    os.makedirs(home)
+    copy_root(NODE_ROOT % N0, os.path.join(home, "root"), os.path.join(home, "staging"))
+    with open(os.path.join(SNAPSHOT, "complete"), "w") as handle:
+        handle.write("%d\n" % time.time())
+
+
+def _mark(variable: str) -> None:
+    """Tell tools/run_tests.sh that a step of this session is over (it starts another pytest then)."""
+    mark = os.environ.get(variable)
+    if mark:
+        with open(mark, "w") as handle:
+            handle.write("%d\n" % time.time())
+
+
 @pytest.fixture(scope="session")
 def sandbox():
-    """The sandbox cluster, up for the whole session and down afterwards."""
+    """The sandbox cluster, up for the whole session and down afterwards. On cluster b: its nodes added to the
+    running sandbox as copies of the provisioned snapshot (second_cluster), and left for cluster a's session to
+    take down."""
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root (network namespaces, mounts, debootstrap)")
+    if CLUSTER != "a":
+        yield second_cluster()
+        return
     if os.environ.get("PRIMA_SANDBOX_REUSE") == "1":
         # For iterating on tests: use the sandbox as it is, and leave it up.
         yield None
@@ -217,13 +266,31 @@ def sandbox():
     try:
         yield up
     finally:
+        # tools/run_tests.sh runs a pytest on cluster b beside this one: its nodes go down with the sandbox, so
+        # wait until it has ended (PRIMA_TEST_WAIT_BEFORE_DOWN names the file it leaves then).
+        wait_file = os.environ.get("PRIMA_TEST_WAIT_BEFORE_DOWN")
+        deadline = time.monotonic() + 3600
+        while wait_file and not os.path.exists(wait_file) and time.monotonic() < deadline:
+            time.sleep(2)
         down = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "down"}, label="sandbox-down")
         assert down.status == "successful", down.describe()
+
+
+def second_cluster() -> PlaybookRun:
+    """This cluster's nodes (b) added to the running sandbox as copies of the provisioned snapshot."""
+    if not os.path.exists(os.path.join(SNAPSHOT, "complete")):
+        pytest.fail("cluster %s starts from the snapshot of cluster a's provisioned nodes (%s), which is not there: "
+                    "run the suite on cluster a first (tools/run_tests.sh does both)" % (CLUSTER, SNAPSHOT))
+    copied = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "copy", "sandbox_copy_dir": SNAPSHOT},
+                          label="sandbox-copy-%s" % CLUSTER)
+    assert copied.status == "successful", copied.describe()
+    return copied
 
 
 @contextlib.contextmanager
 def flat_topology():
     """The running sandbox's network made flat (every node reaches every other), then shaped like Glows again."""
+    assert CLUSTER == "a", "flat_topology() switches cluster a (FLAT_INVENTORY), not cluster %s" % CLUSTER
     flat = run_playbook("playbooks/sandbox.yml", inventory=FLAT_INVENTORY,
                         extravars={"sandbox_state": "topology"}, label="sandbox-flat")
     assert flat.status == "successful", flat.describe()
@@ -244,7 +311,7 @@ def write_figures(name: str, figures: Dict[str, Any]) -> None:
 # The cluster lock on rank 0's node (roles/cluster_lock), and the sandbox hub's log of every response it serves.
 NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
 LOCK_ON_NODE = "/var/lib/prima-bench/bench.lock"
-LOCK = os.path.join(NODE_ROOT % "n0", LOCK_ON_NODE.lstrip("/"))
+LOCK = os.path.join(NODE_ROOT % N0, LOCK_ON_NODE.lstrip("/"))
 HUB_LOG = "/var/lib/prima-sandbox/hub-requests.log"
 STALE_LOCK_RUN_ID = "stale-site"
 
@@ -270,7 +337,7 @@ def planted_lock(run_id, playbook="bench.yml", bound_s=86400, controller=None):
                               "pid": holder.pid, "started": "2026-01-01T00:00:00Z", "bound_s": bound_s},
                              **process_identity(holder.pid)))
     try:
-        assert not os.path.lexists(LOCK), "a lock was left on n0: %s" % os.readlink(LOCK)
+        assert not os.path.lexists(LOCK), "a lock was left on %s: %s" % (N0, os.readlink(LOCK))
         os.symlink(record, LOCK)
         yield record
     finally:
@@ -304,10 +371,7 @@ def unit_contents() -> Dict[str, bytes]:
 def cold_build_done() -> None:
     """Tell tools/run_tests.sh that the cold site.yml is over: it holds the suite without the sandbox until then,
     because the cold build keeps both cores busy compiling and that suite beside it only slowed the build down."""
-    mark = os.environ.get("PRIMA_TEST_COLD_BUILD_DONE")
-    if mark:
-        with open(mark, "w") as handle:
-            handle.write("%d\n" % time.time())
+    _mark("PRIMA_TEST_COLD_BUILD_DONE")
 
 
 SITE_UNITS = {}  # type: Dict[str, bytes]
@@ -320,19 +384,35 @@ def site_runs(sandbox):
     a TypedRun).
 
     The second run also finds the cluster lock held by a live ansible-playbook whose bound has passed (run id
-    STALE_LOCK_RUN_ID, bound 600 s, 2 h old), which it breaks with a NOTICE: test_locks checks that on this run,
-    test_site that it changes nothing. second.hub_requests is what the sandbox hub served during it
-    (test_models: a second run downloads nothing)."""
+    STALE_LOCK_RUN_ID, bound 600 s, 2 h old), which it breaks with a NOTICE: test_site checks that on this run, and
+    that it changes nothing. second.hub_requests is what the sandbox hub served during it (test_models: a second
+    run downloads nothing). Then rank 0 is copied (snapshot_provisioned), for cluster b and the rental test.
+
+    On cluster b: one site.yml on the copies, as (run, run); no test there reads it."""
+    if CLUSTER != "a":
+        # Copies of provisioned nodes: site.yml makes them this cluster's (addresses, transport, units).
+        run = run_playbook("site.yml", label="site-%s" % CLUSTER)
+        assert run.status == "successful", run.describe()
+        SITE_UNITS.update(unit_contents())
+        SITE_UNIT_MODES.update({path: os.stat(path).st_mode & 0o7777 for path in SITE_UNITS})
+        return run, run
+    # An earlier session's copy is not this one's: cluster b must not start from it.
+    shutil.rmtree(SNAPSHOT, ignore_errors=True)
     try:
-        cold = run_playbook("site.yml", label="site-cold")
+        try:
+            cold = run_playbook("site.yml", label="site-cold")
+        finally:
+            cold_build_done()
+        assert cold.status == "successful", cold.describe()
+        mark = len(hub_records())
+        with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
+            age(LOCK, 7200)
+            second = TypedRun(SITE_AS_TYPED, "site-second")
+        second.hub_requests = hub_records()[mark:]
+        if second.status == "successful":
+            snapshot_provisioned()
     finally:
-        cold_build_done()
-    assert cold.status == "successful", cold.describe()
-    mark = len(hub_records())
-    with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
-        age(LOCK, 7200)
-        second = TypedRun(SITE_AS_TYPED, "site-second")
-    second.hub_requests = hub_records()[mark:]
+        _mark("PRIMA_TEST_SNAPSHOT_DONE")
     SITE_UNITS.update(unit_contents())
     SITE_UNIT_MODES.update({path: os.stat(path).st_mode & 0o7777 for path in SITE_UNITS})
     return cold, second
@@ -346,7 +426,7 @@ def local_fact(host, name: str) -> Dict[str, Any]:
     return json.loads(host.file("/etc/ansible/facts.d/%s.fact" % name).content_string)
 
 
-# Shared by the bench.yml tests (test_bench.py, test_sweep.py, test_locks.py).
+# Shared by the bench.yml tests (test_bench.py, test_bench_failures.py, test_sweep.py, test_locks.py).
 STATE = NODE_ROOT + "/var/lib/prima-bench/%s"
 RANK_BINARIES = re.compile(r"ggml-rpc-server|llama-completion|llama-cli|llama-server|serve_supervisor|prima-bench/")  # forwarders too
 PRIMA = bool(os.environ.get("PRIMA_CPP_MIRROR"))
@@ -391,14 +471,15 @@ def assert_clean_failure(result, reports, results_before, *expected):
 
 
 def sandbox_net_namespaces() -> set:
-    """The network namespaces of the sandbox's nodes (and of its hub and gateway): /run/netns/psb-*."""
-    return {os.stat(path).st_ino for path in glob.glob("/run/netns/psb-*")}
+    """The network namespaces of this cluster's nodes: /run/netns/psb-<node>."""
+    return {os.stat(path).st_ino for path in ("/run/netns/psb-%s" % name for name in NODES) if os.path.exists(path)}
 
 
 def rank_processes():
-    """Every rank process on any node: a process inside one of the sandbox's network namespaces whose command
-    line names a rank binary or a launcher. The unit suite (make test runs it beside this one) starts launchers
-    and supervisors of its own on the host; those are not the nodes'."""
+    """Every rank process on any node of this cluster: a process inside one of its nodes' network namespaces whose
+    command line names a rank binary or a launcher. The unit suite (make test runs it beside this one) starts
+    launchers and supervisors of its own on the host, and the other cluster its own ranks; those are not these
+    nodes'."""
     namespaces = sandbox_net_namespaces()
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=False).stdout
     found = []

@@ -1,21 +1,14 @@
-"""bench.yml on the sandbox with the tiny model: reports that match the raw logs, and the failure cases.
+"""bench.yml on the sandbox with the tiny model: reports that match the raw logs (the session's bench of both
+modes). Its failure cases are in test_bench_failures.py."""
 
-Elsewhere: a worker that never starts (test_sweep.py, in a sweep step: also its shaping taken off), a second
-bench.yml refused while one runs (test_locks.py, while the run after a killed one holds the cluster)."""
-
-import glob
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 
-import pytest
-
-from conftest import (BOTH_MODES_RUNS, NODE_ROOT, PRIMA, REPO, STATE, assert_clean_failure, bench, rank_processes, running_child,
-                      wait_for)
+from conftest import BOTH_MODES_RUNS, NODE_ROOT, PRIMA, REPO, rank_processes
 
 
 def perflog(path):
@@ -69,44 +62,3 @@ def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
     # With its default parameters, bench.yml runs exactly the units site.yml rendered.
     rendered = re.search(r"TASK \[prima\.cluster\.launch : Render this host's launcher scripts\].*?\n\n", stdout, re.S)
     assert rendered and "changed:" not in rendered.group(0), rendered.group(0) if rendered else stdout
-
-
-def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):
-    # --log-disable stops llama.cpp's logger: the head exits 0 with no perf lines, as when its
-    # logger thread loses the tail at exit; bench.yml runs it again, then gives up naming why.
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    result = bench(reports, "cut-1", "bench-log-cut", runtime="single", runs=1, bench_log_cut_retries=1,
-                   launch_head_extra_args=["--log-disable"])
-    assert_clean_failure(result, reports, None, "single-tiny unshaped/warmup0: the head exited 0 but its log stops",
-                         "single-tiny: the head's stderr has no perf lines", "was cut at exit every time")
-    tried = reports / "cut-1" / "raw" / "n0" / "single-tiny" / "unshaped"
-    runs = sorted(os.path.basename(path) for path in glob.glob(str(tried / "*")))
-    assert runs == ["warmup0", "warmup0-retry1"]
-    assert not os.path.exists(reports / "cut-1" / "report.md")
-
-
-@pytest.mark.parametrize("runtime, victim, expected", [
-    ("llama_rpc", "n1", "rank 1 (n1, llama_rpc worker) exited 137 during the run: killed (SIGKILL)"),
-    ("llama_rpc", "n0", "rank 0 (n0, llama_rpc head) exited 137: killed (SIGKILL)"),
-    pytest.param("prima", "n1", "rank 1 (n1, prima worker) exited 137 during the run: killed (SIGKILL)",
-                 marks=pytest.mark.skipif(not PRIMA, reason="prima.cpp is built only with PRIMA_CPP_MIRROR")),
-])
-def test_rank_killed_mid_run(provisioned, tmp_path, runtime, victim, expected):
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    (reports / "results.jsonl").write_text("untouched\n")
-    unit = "%s-tiny" % runtime
-    # prima.cpp has no timeout: its head hangs once a worker is gone, until the rank's own timeout.
-    run = bench(reports, "kill-%s-%s" % (runtime, victim), "bench-kill-%s-%s" % (runtime, victim), background=True,
-                runtime=runtime, runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=45)
-    # The head decodes for a while: kill the victim once the head has produced output.
-    head_out = os.path.join(STATE % ("n0", unit), "stdout")
-    wait_for(lambda: running_child("n0", unit) and os.path.exists(head_out) and os.path.getsize(head_out) > 0,
-             120, "the head to generate")
-    os.kill(running_child(victim, unit), signal.SIGKILL)
-    result = run.finish()
-    # The rank that died first is named first: the cause, before what it took down with it.
-    assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected))
-    if runtime == "prima":
-        assert "rank 0 (n0, prima head) exited 124: hang: killed by its timeout" in result.stdout

@@ -12,9 +12,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import ACCESS_ADDRESS, ARTIFACTS, REPO, SANDBOX_INVENTORY, SSH_PORTS
-
-NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
+from conftest import ACCESS_ADDRESS, ARTIFACTS, N0, N1, N2, NODE_ROOT, REPO, SANDBOX_INVENTORY, SSH_PORTS
 
 
 def readiness(label):
@@ -46,7 +44,7 @@ def failures(outcomes):
 def ready(site_runs):
     run, outcomes = readiness("baseline")
     assert failures(outcomes) == [], run.stdout[-4000:]
-    assert outcomes[("weights", "n1")] == "pass" and outcomes[("ranks_reach_each_other", "cluster")] == "pass"
+    assert outcomes[("weights", N1)] == "pass" and outcomes[("ranks_reach_each_other", "cluster")] == "pass"
     assert "readiness at a glance" in run.stdout
     return outcomes
 
@@ -75,14 +73,14 @@ def broken_then_repaired(label, breakages, expected):
 
 
 def missing_weights():
-    weights = os.path.join(NODE_ROOT % "n1", "opt/models/tiny.gguf")
+    weights = os.path.join(NODE_ROOT % N1, "opt/models/tiny.gguf")
     return lambda: os.rename(weights, weights + ".away"), lambda: os.rename(weights + ".away", weights)
 
 
 def changed_binary():
-    current = os.path.join(NODE_ROOT % "n2", "opt/llama.cpp/current")
+    current = os.path.join(NODE_ROOT % N2, "opt/llama.cpp/current")
     target = os.readlink(current)
-    build = (os.path.join(NODE_ROOT % "n2", target.lstrip("/")) if os.path.isabs(target)
+    build = (os.path.join(NODE_ROOT % N2, target.lstrip("/")) if os.path.isabs(target)
              else os.path.join(os.path.dirname(current), target))
     binary = os.path.join(build, "bin", "llama-cli")
     saved = binary + ".saved"
@@ -102,7 +100,7 @@ def occupied_rank_port():
     holders = []
 
     def occupy():
-        holders.append(subprocess.Popen(["ip", "netns", "exec", "psb-n1", sys.executable, "-c",
+        holders.append(subprocess.Popen(["ip", "netns", "exec", "psb-" + N1, sys.executable, "-c",
                                          "import socket, time\ns = socket.socket()\n"
                                          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
                                          "s.bind(('0.0.0.0', 50052))\ns.listen(1)\ntime.sleep(3600)"]))
@@ -119,7 +117,7 @@ def occupied_rank_port():
 # Three breakages that do not hide one another (a node's weights, another node's binary, a port), broken together
 # and judged in one run: each is named on its own node and check. A stopped sshd hides every check of its node, so
 # it gets a run of its own.
-TOGETHER = {"weights": ("weights", "n1"), "binary": ("llama_cpp_build", "n2"), "port": ("rank_ports_free", "n1")}
+TOGETHER = {"weights": ("weights", N1), "binary": ("llama_cpp_build", N2), "port": ("rank_ports_free", N1)}
 
 
 @pytest.fixture(scope="module")
@@ -131,18 +129,18 @@ def broken_together(ready):
 def test_missing_weights(broken_together):
     assert broken_together[TOGETHER["weights"]] == "fail"
     # n1's other checks stand: a missing file is named alone.
-    assert broken_together[("compiler", "n1")] == "pass"
+    assert broken_together[("compiler", N1)] == "pass"
 
 
 def test_changed_binary(broken_together):
     assert broken_together[TOGETHER["binary"]] == "fail"
-    assert broken_together[("llama_cpp_build", "n0")] == "pass"
+    assert broken_together[("llama_cpp_build", N0)] == "pass"
 
 
 def test_occupied_rank_port(broken_together):
     assert broken_together[TOGETHER["port"]] == "fail"
     assert broken_together[("ranks_reach_each_other", "cluster")] == "fail"
-    assert broken_together[("rank_ports_free", "n0")] == "pass"
+    assert broken_together[("rank_ports_free", N0)] == "pass"
 
 
 def sshd_pids(node):
@@ -161,21 +159,21 @@ def sshd_pids(node):
 
 def test_stopped_sshd(ready):
     def stop():
-        for pid in sshd_pids("n1"):
+        for pid in sshd_pids(N1):
             os.kill(pid, 15)
         time.sleep(1)
 
     def start():
-        subprocess.run(["ip", "netns", "exec", "psb-n1", "chroot", NODE_ROOT % "n1", "/usr/sbin/sshd"], check=True)
+        subprocess.run(["ip", "netns", "exec", "psb-" + N1, "chroot", NODE_ROOT % N1, "/usr/sbin/sshd"], check=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection((ACCESS_ADDRESS, SSH_PORTS["n1"]), timeout=1):
+                with socket.create_connection((ACCESS_ADDRESS, SSH_PORTS[N1]), timeout=1):
                     return
             except OSError:
                 time.sleep(0.3)
 
-    broken_then_repaired("stopped-sshd", [(stop, start)], [("compiler", "n1"), ("weights", "n1"),
+    broken_then_repaired("stopped-sshd", [(stop, start)], [("compiler", N1), ("weights", N1),
                                                           ("ranks_reach_each_other", "cluster")])
 
 

@@ -17,11 +17,11 @@ import urllib.request
 
 import pytest
 
-from conftest import (SANDBOX_INVENTORY, STATE, bench, rank_processes, run_playbook, running_child, wait_for,
+from conftest import (N0, N1, N2, NODES, SANDBOX_INVENTORY, STATE, bench, rank_processes, run_playbook, running_child, wait_for,
                       write_figures)
 
 UNIT = "serve-llama_rpc-tiny"
-SUPERVISOR_STATE = os.path.join(STATE % ("n0", UNIT), "supervisor.json")
+SUPERVISOR_STATE = os.path.join(STATE % (N0, UNIT), "supervisor.json")
 API_KEY_FILE = "/var/lib/prima-sandbox/serve-api-key"
 BACKOFF_S = 2
 
@@ -162,7 +162,7 @@ def test_the_openai_client_is_served_through_the_printed_tunnel(server):
 def test_a_bench_is_refused_while_it_serves(server, tmp_path):
     result = bench(tmp_path, "while-serving", "bench-while-serving", runtime="single", runs=1)
     assert result.status == "failed"
-    assert "n0 serves %s (serve.yml)" % UNIT in result.stdout
+    assert "%s serves %s (serve.yml)" % (N0, UNIT) in result.stdout
     hint = "Stop it first: ansible-playbook -i %s serve.yml -e state=stopped" % SANDBOX_INVENTORY
     assert any(hint in message for message in result.failure_messages), result.describe()
     assert supervisor_state()["state"] == "running"
@@ -178,7 +178,7 @@ def test_a_killed_worker_restarts_the_ring_then_exhausts_the_restarts(server):
     assert sum(status.count("changed").values()) == 0, status.count("changed")
 
     before = supervisor_state()
-    worker = running_child("n2", UNIT)
+    worker = running_child(N2, UNIT)
     assert worker, "rank 2's ggml-rpc-server is not running"
     killed = time.monotonic()
     os.kill(worker, signal.SIGKILL)
@@ -193,19 +193,19 @@ def test_a_killed_worker_restarts_the_ring_then_exhausts_the_restarts(server):
     after = supervisor_state()
     assert after["generation"] == before["generation"] + 1
     failure = after["last_failure"]
-    assert (failure["rank"], failure["host"], failure["exit"]) == (2, "n2", 137), failure
+    assert (failure["rank"], failure["host"], failure["exit"]) == (2, N2, 137), failure
     status = serve("serve-status-restarted", state="status")
     assert "restarts: 1 of 1, failures: 1" in status.messages
-    assert any(line.startswith("last failure: rank 2 on n2 (worker): exited 137: killed (SIGKILL")
+    assert any(line.startswith("last failure: rank 2 on %s (worker): exited 137: killed (SIGKILL" % N2)
                for line in status.messages), status.messages
 
-    os.kill(running_child("n1", UNIT), signal.SIGKILL)
+    os.kill(running_child(N1, UNIT), signal.SIGKILL)
     wait_for(lambda: supervisor_state()["state"] == "failed", 120, "the server failed")
     wait_for(lambda: rank_processes() == [] or all("forwarders" in line for line in rank_processes()), 60,
              "every rank stopped after the failure")
     status = serve("serve-status-failed", state="status")
     assert "%s: failed (runtime llama_rpc, model tiny)" % UNIT in status.messages
-    assert any(line.startswith("failed: restarts exhausted after rank 1 on n1 died") for line in status.messages)
+    assert any(line.startswith("failed: restarts exhausted after rank 1 on %s died" % N1) for line in status.messages)
     write_figures("serve-figures.json", {
         "start_s": round(server["start"].seconds, 1), "back_after_kill_s": round(back_s, 1),
         "backoff_s": BACKOFF_S, "load_s": load_s, "unit": UNIT,
@@ -228,15 +228,15 @@ def test_restarted_then_its_supervisor_killed_leaves_an_orphan_that_bench_and_st
     assert refused.status == "failed"
     assert "without its supervisor: %s (killed?)" % UNIT in refused.stdout
     start = serve("serve-start-orphan", serve_restarts=1, serve_parallel=2, serve_ctx_size=1024)
-    assert start.status == "failed" and "runs on n0 without its supervisor (killed?)" in start.stdout
-    assert running_child("n1", UNIT), "the orphaned ring was touched"
+    assert start.status == "failed" and "runs on %s without its supervisor (killed?)" % N0 in start.stdout
+    assert running_child(N1, UNIT), "the orphaned ring was touched"
 
 
 def test_stop_leaves_nothing(server):
     stopped = serve("serve-stop", state="stopped")
     assert stopped.status == "successful", stopped.describe()
     assert rank_processes() == []
-    for name in ("n0", "n1", "n2"):
+    for name in NODES:
         listening = subprocess.run(["ip", "netns", "exec", "psb-" + name, "ss", "-Htln"], capture_output=True,
                                    text=True, check=False).stdout
         assert ":8080 " not in listening and ":50052 " not in listening, (name, listening)

@@ -1,9 +1,13 @@
 """site.yml on the sandbox, for real: a cold run, an idempotent second run, --check,
-working binaries on every node, and a rebuild exactly when the build inputs change."""
+working binaries on every node, a rebuild exactly when the build inputs change, and the cluster lock (refused while
+a live run holds it; one older than its bound broken by the session's second run)."""
+
+import os
 
 import pytest
 
-from conftest import NODES, PRIMA, local_fact, node, role_default, run_playbook, write_figures
+from conftest import (LOCK, LOCK_ON_NODE, NODES, PRIMA, STALE_LOCK_RUN_ID, local_fact, node, planted_lock, role_default,
+                      run_playbook, write_figures)
 from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import version_tuple
 
 
@@ -114,3 +118,24 @@ def test_a_changed_flag_rebuilds_that_build_only(site_runs, changed):
     assert back[changed]["build_key"] == before[changed]["build_key"]
     assert {build: back[build] for build in BUILDS if build != changed} == \
         {build: before[build] for build in BUILDS if build != changed}
+
+
+def test_site_is_refused_while_another_run_holds_the_cluster_and_breaks_a_lock_older_than_its_bound(site_runs):
+    with planted_lock("running-2", bound_s=600) as record:
+        refused = run_playbook("site.yml", label="lock-site-refused")
+        assert refused.status == "failed", refused.describe()
+        assert "another bench.yml is running on this cluster: n0 holds %s for run running-2 (" % LOCK_ON_NODE \
+            in " ".join(refused.stdout.split()), refused.describe()
+        assert "PLAY [Provision the nodes]" not in refused.stdout, "site.yml went on past the lock"
+        assert os.readlink(LOCK) == record
+
+    # Its bound passed: hung or gone, its lock is broken even though its process still runs. The session's
+    # second site.yml found such a lock (site_runs planted it, 2 h old, bound 600 s, its holder running).
+    again = site_runs[1]
+    assert again.status == "successful", again.describe()
+    text = " ".join(again.stdout.split())
+    assert "NOTICE: n0: broke the cluster lock %s held by run %s (" % (LOCK_ON_NODE, STALE_LOCK_RUN_ID) in text, \
+        again.describe()
+    assert "older than the 600 s bound of its run" in text
+    assert {host: n for host, n in again.count("changed").items() if n} == {}, again.describe()
+    assert not os.path.lexists(LOCK), "site.yml did not release the lock"

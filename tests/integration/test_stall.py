@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from conftest import STATE, assert_clean_failure, bench, running_child, wait_for, write_figures
+from conftest import N0, N1, STATE, assert_clean_failure, bench, running_child, wait_for, write_figures
 
 STALL_S = 10
 
@@ -18,10 +18,10 @@ def test_a_sigstopped_rank_fails_the_bench_within_the_stall_bound(provisioned, t
     # A long generation, so the run is mid-way when the worker stops; the launch timeout far beyond the bound.
     run = bench(reports, "stall", "bench-stall", background=True, runtime="llama_rpc", runs=1,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=900, launch_stall_s=STALL_S)
-    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and running_child("n1", "llama_rpc-tiny")
+    head_out = os.path.join(STATE % (N0, "llama_rpc-tiny"), "stdout")
+    wait_for(lambda: running_child(N0, "llama_rpc-tiny") and running_child(N1, "llama_rpc-tiny")
              and os.path.exists(head_out) and os.path.getsize(head_out) > 0, 180, "the head to generate")
-    worker = running_child("n1", "llama_rpc-tiny")
+    worker = running_child(N1, "llama_rpc-tiny")
     os.kill(worker, signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
@@ -38,9 +38,9 @@ def test_a_sigstopped_rank_fails_the_bench_within_the_stall_bound(provisioned, t
                "launch_stall_s=%d on the mapped sandbox; rank 1's ggml-rpc-server SIGSTOPped mid-generation" % STALL_S,
         "launch_stall_s": STALL_S, "failed_after_s": round(failed_after_s, 1)})
     assert_clean_failure(result, reports, "untouched\n",
-                         "rank 1 (n1, llama_rpc worker) exited 119 during the run: stalled: no output and no traffic "
-                         "for %d s" % STALL_S)
+                         "rank 1 (%s, llama_rpc worker) exited 119 during the run: stalled: no output and no traffic "
+                         "for %d s" % (N1, STALL_S))
     assert failed_after_s < STALL_S + 30, "the bench failed %.1f s after the stop" % failed_after_s
     # The cause is kept with the rank's raw logs.
-    stalled = list(reports.glob("*/raw/n1/llama_rpc-tiny/*/*/stalled"))
+    stalled = list(reports.glob("*/raw/%s/llama_rpc-tiny/*/*/stalled" % N1))
     assert stalled and stalled[0].read_text().split()[0] == str(STALL_S), stalled

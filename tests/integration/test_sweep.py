@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 
-from conftest import (NODE_ROOT, NODES, PRIMA, STATE, assert_clean_failure, bench, rank_processes, running_child,
+from conftest import (N0, N1, NODE_ROOT, NODES, PRIMA, STATE, assert_clean_failure, bench, rank_processes, running_child,
                       wait_for, write_figures)
 
 
@@ -68,12 +68,12 @@ def test_sweep_of_two_rates(provisioned, tmp_path):
 
 
 def test_a_worker_that_never_starts_fails_the_step_and_its_shaping_is_taken_off(provisioned, tmp_path):
-    """Also the bench.yml failure case of a worker that never starts (once in test_bench.py, unshaped)."""
+    """Also bench.yml's failure case of a worker that never starts (the others: test_bench_failures.py)."""
     reports = tmp_path / "reports"
     reports.mkdir()
     result = bench(reports, "sweep-fail", "bench-sweep-fails", runtime="llama_rpc", runs=1, links="100mbit,50mbit",
                    launch_rpc_server_extra_args=["--no-such-flag"])
-    assert_clean_failure(result, reports, None, "rank 1 (n1, llama_rpc worker) did not start",
+    assert_clean_failure(result, reports, None, "rank 1 (%s, llama_rpc worker) did not start" % N1,
                          "exited with status 0 before listening", "last lines of its stderr")
     assert shaping() == {node: [] for node in NODES}
 
@@ -84,8 +84,8 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     run = bench(reports, "sweep-int", "bench-sweep-interrupted", background=True, runtime="llama_rpc", runs=1,
                 links="50mbit", link_guard_quiet_s=5, transport_guard_quiet_s=30, launch_n_predict=100000, launch_ctx_size=2048,
                 launch_timeout_s=30)
-    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
+    head_out = os.path.join(STATE % (N0, "llama_rpc-tiny"), "stdout")
+    wait_for(lambda: running_child(N0, "llama_rpc-tiny") and os.path.exists(head_out)
              and os.path.getsize(head_out) > 0, 180, "the head to generate on the shaped link")
     assert all(shaping().values()), shaping()
     # Ctrl-C: SIGINT to ansible-playbook's process group; its `always` cleanup does not run.
@@ -101,7 +101,7 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     for node in NODES:
         assert not os.path.exists(os.path.join(NODE_ROOT % node, "var/lib/prima-bench/link.shaped"))
     # An interrupted bench.yml leaves its lock, and the next one says how to clear it.
-    lock = os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock")
+    lock = os.path.join(NODE_ROOT % N0, "var/lib/prima-bench/bench.lock")
     holder = json.loads(os.readlink(lock))
     assert (holder["run_id"], holder["playbook"]) == ("sweep-int", "bench.yml"), holder
     os.remove(lock)
