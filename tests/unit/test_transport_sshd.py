@@ -94,11 +94,17 @@ class EchoServer:
 
 
 def user_processes(uid):
-    """Pids of the processes running as uid: what sshd started for the test's user (sessions, their commands)."""
+    """Pids of the processes running as uid in this process's root and network namespace: what sshd started for
+    the test's user (sessions, their commands). Only those: the sandbox's nodes share the machine's pids, and their
+    own system user (the transport's prima-tunnel) may have the same uid in their root; killing its sessions
+    would cut an integration test's tunnels running beside this suite."""
+    own = (os.readlink("/proc/self/root"), os.stat("/proc/self/ns/net").st_ino)
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
+                if (os.readlink("/proc/%s/root" % entry), os.stat("/proc/%s/ns/net" % entry).st_ino) != own:
+                    continue
                 with open("/proc/%s/status" % entry) as handle:
                     if any(line.split()[1:2] == [str(uid)] for line in handle if line.startswith("Uid:")):
                         pids.append(int(entry))
