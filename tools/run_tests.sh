@@ -14,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
-CLUSTER_B_MODULES="test_serve.py test_sweep.py test_readiness_sandbox.py test_locks.py test_bench_failures.py test_glows_rental_sandbox.py"
+CLUSTER_B_MODULES="test_serve.py test_sweep.py test_stall.py test_readiness_sandbox.py test_locks.py test_bench_failures.py test_glows_rental_sandbox.py"
 mkdir -p artifacts
 offline_log=artifacts/test-offline.log
 cluster_b_log=artifacts/test-cluster-b.log

@@ -221,20 +221,24 @@ class BackgroundRun:
         return _finish(self.runner, self.started, self.label)
 
 
-# A copy of rank 0's root as site_runs provisioned it (SNAPSHOT/<N0>/root), taken once the session's site.yml
+# A copy of cluster a's rank 0 root as site_runs provisioned it (SNAPSHOT_ROOT), taken once the session's site.yml
 # runs are over: cluster b's nodes start from it, and the rental test rents its instances from it. The file
 # SNAPSHOT/complete says the copy is whole. Under the sandbox's state directory, so sandbox-down removes it.
 SNAPSHOT = "/var/lib/prima-sandbox/snapshots/provisioned"
+# The copy of cluster a's rank 0 (whichever cluster this session runs on).
+SNAPSHOT_NODE = list(_inventory_hosts(os.path.join(REPO, "inventory", CLUSTER_INVENTORIES["a"])))[0]
+SNAPSHOT_ROOT = os.path.join(SNAPSHOT, SNAPSHOT_NODE, "root")
 
 
 def snapshot_provisioned() -> None:
     from ansible_collections.prima.cluster.plugins.module_utils.sandbox_node import copy_root
 
+    assert CLUSTER == "a", "the snapshot is of cluster a's rank 0"
     if os.path.exists(SNAPSHOT):
         shutil.rmtree(SNAPSHOT)
-    home = os.path.join(SNAPSHOT, N0)
+    home = os.path.dirname(SNAPSHOT_ROOT)
     os.makedirs(home)
-    copy_root(NODE_ROOT % N0, os.path.join(home, "root"), os.path.join(home, "staging"))
+    copy_root(NODE_ROOT % N0, SNAPSHOT_ROOT, os.path.join(home, "staging"))
     with open(os.path.join(SNAPSHOT, "complete"), "w") as handle:
         handle.write("%d\n" % time.time())
 
@@ -386,7 +390,8 @@ def site_runs(sandbox):
     The second run also finds the cluster lock held by a live ansible-playbook whose bound has passed (run id
     STALE_LOCK_RUN_ID, bound 600 s, 2 h old), which it breaks with a NOTICE: test_site checks that on this run, and
     that it changes nothing. second.hub_requests is what the sandbox hub served during it (test_models: a second
-    run downloads nothing). Then rank 0 is copied (snapshot_provisioned), for cluster b and the rental test.
+    run downloads nothing). Between the two, rank 0 is copied (snapshot_provisioned), for cluster b and the
+    rental test.
 
     On cluster b: one site.yml on the copies, as (run, run); no test there reads it."""
     if CLUSTER != "a":
@@ -404,15 +409,16 @@ def site_runs(sandbox):
         finally:
             cold_build_done()
         assert cold.status == "successful", cold.describe()
-        mark = len(hub_records())
-        with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
-            age(LOCK, 7200)
-            second = TypedRun(SITE_AS_TYPED, "site-second")
-        second.hub_requests = hub_records()[mark:]
-        if second.status == "successful":
-            snapshot_provisioned()
+        # Before the second run: cluster b's copies start (and run site.yml, which downloads nothing either)
+        # beside it.
+        snapshot_provisioned()
     finally:
         _mark("PRIMA_TEST_SNAPSHOT_DONE")
+    mark = len(hub_records())
+    with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
+        age(LOCK, 7200)
+        second = TypedRun(SITE_AS_TYPED, "site-second")
+    second.hub_requests = hub_records()[mark:]
     SITE_UNITS.update(unit_contents())
     SITE_UNIT_MODES.update({path: os.stat(path).st_mode & 0o7777 for path in SITE_UNITS})
     return cold, second

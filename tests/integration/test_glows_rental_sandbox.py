@@ -3,7 +3,7 @@ the same inventory plugin, playbooks and reports as on Glows: rent 3 (real sandb
 mapped SSH ports with a root password), first contact by password, site.yml, bench.yml with the fake's prices
 in the report, release. Afterwards nothing is left: no node, no namespace, no instance in the fake.
 
-The instances are rented from the snapshot of n0 that site_runs took once it had provisioned it (conftest.SNAPSHOT;
+The instances are rented from the snapshot of n0 that site_runs took once it had provisioned it (conftest.SNAPSHOT_ROOT;
 from_snap_id, as a user who saved a provisioned node would): site.yml still runs every role on them, and the
 builds find their stamps."""
 
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import N0, PRIMA_EXTRAVARS, REPO, SNAPSHOT, run_playbook, write_figures
+from conftest import PRIMA_EXTRAVARS, REPO, SNAPSHOT_ROOT, run_playbook, write_figures
 
 BIN = os.path.dirname(sys.executable)
 TOKEN = "sandbox-sdk-token"
@@ -49,7 +49,7 @@ def fake_glows(site_runs, tmp_path_factory):
     state = tmp_path_factory.mktemp("glows") / "fake-state.json"
     with glows.serving(TOKEN, str(state), port=PORT, sandbox=True, price_cent=PRICE_CENT,
                        images={glows.DEFAULT_IMAGE: pristine_root()},
-                       snapshots={"snap-provisioned": os.path.join(SNAPSHOT, N0, "root")}) as server:
+                       snapshots={"snap-provisioned": SNAPSHOT_ROOT}) as server:
         yield server
     assert leftovers() == []
 
