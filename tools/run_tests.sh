@@ -33,7 +33,7 @@ sandbox=$!
   # Cluster a's nodes go down with its session, which waits for $cluster_b_done first: leave it however this ends.
   trap 'touch "$cluster_b_done"' EXIT
   while [ ! -e "$snapshot_done" ] && kill -0 "$sandbox" 2>/dev/null; do sleep 2; done
-  if [ ! -e /var/lib/prima-sandbox/snapshots/provisioned/complete ]; then
+  if ! grep -qx copied "$snapshot_done" 2>/dev/null; then
     echo "cluster b did not start: the session on cluster a ended or failed before its snapshot of a provisioned" \
       "node (see its output). To run part of the suite on one cluster, run pytest tests/integration/... directly."
     exit 1

@@ -243,12 +243,17 @@ def snapshot_provisioned() -> None:
         handle.write("%d\n" % time.time())
 
 
-def _mark(variable: str) -> None:
+def _mark(variable: str, text: str) -> None:
     """Tell tools/run_tests.sh that a step of this session is over (it starts another pytest then)."""
     mark = os.environ.get(variable)
     if mark:
         with open(mark, "w") as handle:
-            handle.write("%d\n" % time.time())
+            handle.write(text + "\n")
+
+
+def snapshot_done(copied: bool) -> None:
+    """Tell tools/run_tests.sh whether cluster b can start: `copied`, or `none` (it says why it did not, then)."""
+    _mark("PRIMA_TEST_SNAPSHOT_DONE", "copied" if copied else "none")
 
 
 @pytest.fixture(scope="session")
@@ -273,6 +278,10 @@ def sandbox():
         # tools/run_tests.sh runs a pytest on cluster b beside this one: its nodes go down with the sandbox, so
         # wait until it has ended (PRIMA_TEST_WAIT_BEFORE_DOWN names the file it leaves then).
         wait_file = os.environ.get("PRIMA_TEST_WAIT_BEFORE_DOWN")
+        # A session that took no copy (site_runs not selected) lets cluster b's pytest know it will not start.
+        snapshot_mark = os.environ.get("PRIMA_TEST_SNAPSHOT_DONE")
+        if snapshot_mark and not os.path.exists(snapshot_mark):
+            snapshot_done(False)
         deadline = time.monotonic() + 3600
         while wait_file and not os.path.exists(wait_file) and time.monotonic() < deadline:
             time.sleep(2)
@@ -375,7 +384,7 @@ def unit_contents() -> Dict[str, bytes]:
 def cold_build_done() -> None:
     """Tell tools/run_tests.sh that the cold site.yml is over: it holds the suite without the sandbox until then,
     because the cold build keeps both cores busy compiling and that suite beside it only slowed the build down."""
-    _mark("PRIMA_TEST_COLD_BUILD_DONE")
+    _mark("PRIMA_TEST_COLD_BUILD_DONE", "%d" % time.time())
 
 
 SITE_UNITS = {}  # type: Dict[str, bytes]
@@ -403,6 +412,7 @@ def site_runs(sandbox):
         return run, run
     # An earlier session's copy is not this one's: cluster b must not start from it.
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
+    copied = False
     try:
         try:
             cold = run_playbook("site.yml", label="site-cold")
@@ -412,8 +422,9 @@ def site_runs(sandbox):
         # Before the second run: cluster b's copies start (and run site.yml, which downloads nothing either)
         # beside it.
         snapshot_provisioned()
+        copied = True
     finally:
-        _mark("PRIMA_TEST_SNAPSHOT_DONE")
+        snapshot_done(copied)
     mark = len(hub_records())
     with planted_lock(STALE_LOCK_RUN_ID, bound_s=600):
         age(LOCK, 7200)
