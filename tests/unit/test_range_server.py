@@ -589,3 +589,22 @@ def test_the_command_line_stops_when_nobody_comes(models, cli):
     process, dummy = cli(["--root", str(models), "--file", "a.gguf", "--expect", "a.gguf", "--idle-seconds", "1"])
     out, dummy = process.communicate(timeout=10)
     assert process.returncode == 0 and "no connection for 1s" in out
+
+
+@pytest.mark.parametrize("trouble", ["port taken", "file outside the root"])
+def test_a_server_that_cannot_start_leaves_no_pid_file(models, tmp_path, trouble):
+    """The pid file is written before the server listens (a peer that reaches the port finds it whole): one that
+    never listens takes it away again."""
+    pid_file = tmp_path / "server.pid"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1] if trouble == "port taken" else free_port()
+        served = "a.gguf" if trouble == "port taken" else "../outside.gguf"
+        done = subprocess.run([sys.executable, SCRIPT, "--bind", "127.0.0.1", "--port", str(port), "--log",
+                               str(tmp_path / "served.log"), "--root", str(models), "--file", served,
+                               "--pid-file", str(pid_file)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30,
+                              check=False)
+    assert done.returncode != 0, done
+    assert not pid_file.exists() and not list(tmp_path.glob("server.pid.*")), done.stderr

@@ -504,6 +504,14 @@ def serve_until_done(server: FanoutServer, limits: Limits, check_every: float = 
     return reasons[0] if reasons else "shut down"
 
 
+def write_pid_file(path: str) -> None:
+    """Renamed into place, so a reader never finds it empty or half written."""
+    partial = "%s.%d.partial" % (path, os.getpid())
+    with open(partial, "w") as handle:
+        handle.write("%d\n" % os.getpid())
+    os.replace(partial, path)
+
+
 def remove_pid_file(path: str) -> None:
     """Only while it still names this process: the play's pkill reads it."""
     try:
@@ -525,7 +533,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bind", required=True, help="address to listen on (never 0.0.0.0 by default)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", required=True, help="JSON lines, one per response")
-    parser.add_argument("--pid-file", help="written once listening, removed on exit")
+    parser.add_argument("--pid-file", help="written whole before it listens, removed on exit")
     parser.add_argument("--idle-seconds", type=float, default=0,
                         help="stop after this long with no connection, counted from the start (0: never)")
     parser.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: never)")
@@ -538,19 +546,21 @@ def main(argv=None) -> int:
     parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
                         help="connections served at once (fewer if the fd limit is low); more get 503")
     args = parser.parse_args(argv)
-    try:
-        server = make_server(args.root, args.bind, args.port, args.log, files=args.files,
-                             expected=Counter(args.expect), connection_timeout=args.connection_timeout,
-                             max_connections=args.max_connections)
-    except ValueError as error:
-        parser.error(str(error))
+    # Before it listens: whoever reaches the port finds the file whole (the play's pkill reads it).
     if args.pid_file:
-        with open(args.pid_file, "w") as handle:
-            handle.write("%d\n" % os.getpid())
+        write_pid_file(args.pid_file)
     try:
-        reason = serve_until_done(server, Limits(args.idle_seconds, args.max_seconds, args.linger_seconds))
+        try:
+            server = make_server(args.root, args.bind, args.port, args.log, files=args.files,
+                                 expected=Counter(args.expect), connection_timeout=args.connection_timeout,
+                                 max_connections=args.max_connections)
+        except ValueError as error:
+            parser.error(str(error))
+        try:
+            reason = serve_until_done(server, Limits(args.idle_seconds, args.max_seconds, args.linger_seconds))
+        finally:
+            server.server_close()
     finally:
-        server.server_close()
         if args.pid_file:
             remove_pid_file(args.pid_file)
     sys.stdout.write(json.dumps({"stopped": reason}) + "\n")
