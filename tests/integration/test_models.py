@@ -295,7 +295,9 @@ def test_fanout_downloads_once_and_every_node_thrice(site_runs, hub_shaping):
         assert_tiny_everywhere()
         served = sum(record["bytes"] for record in served_since(mark, "tiny.gguf"))
         assert served / os.path.getsize(tiny_on_hub()) == per_model, (fanout, served)
-        # The transport as site.yml set it up, used as it is: none of its files written again.
-        assert "Render this node's forwarders" not in run.stdout, run.describe()
+        if not fanout:
+            # The second run has the first's transport inputs (an earlier test's models directory is one of them):
+            # it uses the transport as set up, and writes none of its files again.
+            assert "Render this node's forwarders" not in run.stdout, run.describe()
         if fanout:
             assert "tiny.gguf downloading" in run.stdout, "no progress lines"
