@@ -7,9 +7,9 @@
 #      the session's own site.yml runs returned, nor counts the hub's requests or switches the topology (two of
 #      them need no node at all: they are there to even out the two clusters' time).
 #   3. The suite that needs no sandbox (unit, lint, sanity, readiness's own tests), once the cold site.yml is over:
-#      the cold build keeps both cores busy compiling (started beside it, that suite made it 2 min 22 s longer and
-#      the whole run no shorter); after it, each integration suite mostly waits on SSH round trips, timeouts and
-#      shaped links, and leaves time idle.
+#      the cold build keeps both cores busy compiling (one run with that suite started beside it was no shorter:
+#      34 min 54 s); after it, each integration suite mostly waits on SSH round trips, timeouts and shaped links,
+#      and leaves time idle.
 # Output: the first on the terminal, the others in artifacts/test-cluster-b.log and artifacts/test-offline.log
 # (their summaries, or all of it when one failed, printed at the end); per-test seconds in artifacts/junit-*.xml.
 # Arguments go to every pytest. Exit status: 0 when all three passed.
