@@ -608,3 +608,16 @@ def test_a_server_that_cannot_start_leaves_no_pid_file(models, tmp_path, trouble
                               check=False)
     assert done.returncode != 0, done
     assert not pid_file.exists() and not list(tmp_path.glob("server.pid.*")), done.stderr
+
+
+def test_a_second_server_on_a_taken_port_leaves_the_first_ones_pid_file(models, cli, tmp_path):
+    pid_file = tmp_path / "server.pid"
+    first, port = cli(["--root", str(models), "--file", "a.gguf", "--idle-seconds", "60",
+                       "--pid-file", str(pid_file)])
+    done = subprocess.run([sys.executable, SCRIPT, "--bind", "127.0.0.1", "--port", str(port), "--log",
+                           str(tmp_path / "second.log"), "--root", str(models), "--file", "a.gguf",
+                           "--pid-file", str(pid_file)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=30,
+                          check=False)
+    assert done.returncode != 0, done
+    assert pid_file.read_text() == "%d\n" % first.pid

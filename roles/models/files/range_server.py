@@ -405,7 +405,8 @@ class FanoutServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: Tuple[str, int], root: str, files: Optional[Iterable[str]], log_path: str,
-                 expected: Mapping[str, int], connection_timeout: float, max_connections: int):
+                 expected: Mapping[str, int], connection_timeout: float, max_connections: int,
+                 on_bound: Optional[Callable[[], None]] = None):
         self.root = os.path.realpath(root)
         self.files = None if files is None else frozenset(files)
         self.log_path = log_path
@@ -414,7 +415,14 @@ class FanoutServer(ThreadingHTTPServer):
         self.connection_timeout = connection_timeout
         self.max_connections = connection_cap(max_connections, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.slots = threading.BoundedSemaphore(self.max_connections)
+        self.on_bound = on_bound
         super().__init__(address, Handler)
+
+    def server_activate(self) -> None:
+        # Bound (the port is this server's) and not yet listening: a peer that connects finds what on_bound did.
+        if self.on_bound is not None:
+            self.on_bound()
+        super().server_activate()
 
     def write_log(self, record: Dict[str, object]) -> None:
         with self.log_lock:
@@ -470,10 +478,12 @@ class FanoutServer(ThreadingHTTPServer):
 
 def make_server(root: str, bind: str, port: int, log_path: str, files: Optional[Iterable[str]] = None,
                 expected: Optional[Mapping[str, int]] = None, connection_timeout: float = CONNECTION_TIMEOUT_S,
-                max_connections: int = MAX_CONNECTIONS) -> FanoutServer:
+                max_connections: int = MAX_CONNECTIONS,
+                on_bound: Optional[Callable[[], None]] = None) -> FanoutServer:
     """A server of `files` (plain names) under root; files=None serves every non-hidden regular file below it.
 
-    `expected`: copies of each file owed to the peers; see serve_until_done.
+    `expected`: copies of each file owed to the peers; see serve_until_done. `on_bound` runs once the port is
+    bound, before the server listens.
     """
     expected = dict(expected or {})
     if files is not None:
@@ -484,7 +494,8 @@ def make_server(root: str, bind: str, port: int, log_path: str, files: Optional[
         unknown = sorted(set(expected) - set(files))
         if unknown:
             raise ValueError("copies expected of files not served: %s" % ", ".join(unknown))
-    return FanoutServer((bind, port), root, files, log_path, expected, connection_timeout, max_connections)
+    return FanoutServer((bind, port), root, files, log_path, expected, connection_timeout, max_connections,
+                        on_bound)
 
 
 def serve_until_done(server: FanoutServer, limits: Limits, check_every: float = 0.5) -> str:
@@ -533,7 +544,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bind", required=True, help="address to listen on (never 0.0.0.0 by default)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", required=True, help="JSON lines, one per response")
-    parser.add_argument("--pid-file", help="written whole before it listens, removed on exit")
+    parser.add_argument("--pid-file", help="written whole once the port is bound, before it listens; removed on exit")
     parser.add_argument("--idle-seconds", type=float, default=0,
                         help="stop after this long with no connection, counted from the start (0: never)")
     parser.add_argument("--max-seconds", type=float, default=0, help="stop after this long (0: never)")
@@ -546,14 +557,14 @@ def main(argv=None) -> int:
     parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
                         help="connections served at once (fewer if the fd limit is low); more get 503")
     args = parser.parse_args(argv)
-    # Before it listens: whoever reaches the port finds the file whole (the play's pkill reads it).
-    if args.pid_file:
-        write_pid_file(args.pid_file)
+    # Once the port is this server's and before it listens: whoever reaches the port finds the file whole (the
+    # play's pkill reads it), and a second server that cannot bind leaves the first one's file alone.
+    on_bound = (lambda: write_pid_file(args.pid_file)) if args.pid_file else None
     try:
         try:
             server = make_server(args.root, args.bind, args.port, args.log, files=args.files,
                                  expected=Counter(args.expect), connection_timeout=args.connection_timeout,
-                                 max_connections=args.max_connections)
+                                 max_connections=args.max_connections, on_bound=on_bound)
         except ValueError as error:
             parser.error(str(error))
         try:
