@@ -8,7 +8,7 @@ import statistics
 import subprocess
 import sys
 
-from conftest import BOTH_MODES_RUNS, NODE_ROOT, PRIMA, REPO, rank_processes
+from conftest import BOTH_MODES_RUNS, CLUSTER_IPS, N0, N1, N2, NODE_ROOT, PRIMA, REPO, rank_processes
 
 
 def perflog(path):
@@ -43,24 +43,24 @@ def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
     median = statistics.median(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
     # The mapped sandbox: auto found the direct path closed, and SSH forwards carried every run.
     assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| ssh \| 3 \| .* \| %.2f ± " % median, report), report
-    assert all(run["transport"]["mode"] == "ssh" and "auto: n0 cannot reach 10.77.0.11:" in run["transport"]["reason"]
-               for run in runs)
+    assert all(run["transport"]["mode"] == "ssh"
+               and "auto: %s cannot reach %s:" % (N0, CLUSTER_IPS[N1]) in run["transport"]["reason"] for run in runs)
     assert "Transport (how the ranks reached each other; cluster_network): ssh: auto: " in report
-    assert "| Rank 0 (n0) | Rank 1 (n1) | Rank 2 (n2) |" in report
+    assert "| Rank 0 (%s) | Rank 1 (%s) | Rank 2 (%s) |" % (N0, N1, N2) in report
     # site.yml set the transport up with the same inputs and recorded it: bench.yml wrote none of its files.
     assert "Set up this node's transport (skipped by a run" in stdout
     assert "transport/tasks/write.yml" not in stdout
     # The probe before the runs: the head reaches both RPC workers through its forwards (worker rank R on
     # 50052 + R - 1), with a handshake time and a throughput.
     network = {(row["host"], row["target"]): row for row in runs[0]["network"]}
-    for worker, target in (("n1", "127.0.0.1:50052"), ("n2", "127.0.0.1:50053")):
-        assert network[("n0", target)]["rtt_ms"] > 0 and network[("n0", target)]["mbit_s"] > 0
-        assert network[("n0", target)]["peer"] == worker and network[("n0", target)]["via"] == "ssh"
-        assert re.search(r"\| n0 \| %s:%s via ssh \(%s\) \| [0-9.]+ \| [0-9.]+ \|"
-                         % (worker, target.split(":")[1], re.escape(target)), report)
+    for worker, target in ((N1, "127.0.0.1:50052"), (N2, "127.0.0.1:50053")):
+        assert network[(N0, target)]["rtt_ms"] > 0 and network[(N0, target)]["mbit_s"] > 0
+        assert network[(N0, target)]["peer"] == worker and network[(N0, target)]["via"] == "ssh"
+        assert re.search(r"\| %s \| %s:%s via ssh \(%s\) \| [0-9.]+ \| [0-9.]+ \|"
+                         % (N0, worker, target.split(":")[1], re.escape(target)), report)
     assert "| Results" not in stdout and "| Runtime | Model | Link |" in stdout
     assert rank_processes() == []
-    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+    assert not os.path.lexists(os.path.join(NODE_ROOT % N0, "var/lib/prima-bench/bench.lock"))
     # With its default parameters, bench.yml runs exactly the units site.yml rendered.
     rendered = re.search(r"TASK \[prima\.cluster\.launch : Render this host's launcher scripts\].*?\n\n", stdout, re.S)
     assert rendered and "changed:" not in rendered.group(0), rendered.group(0) if rendered else stdout

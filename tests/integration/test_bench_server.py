@@ -6,7 +6,7 @@ import json
 import os
 import re
 
-from conftest import BOTH_MODES_RUNS, NODE_ROOT, PRIMA, rank_processes, write_figures
+from conftest import BOTH_MODES_RUNS, N0, NODE_ROOT, PRIMA, rank_processes, write_figures
 
 
 def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
@@ -14,7 +14,7 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
     run_id = both_modes_bench["run_ids"]["server"]
     stdout = both_modes_bench["logs"]["server"]
     assert rank_processes() == []
-    assert not os.path.lexists(os.path.join(NODE_ROOT % "n0", "var/lib/prima-bench/bench.lock"))
+    assert not os.path.lexists(os.path.join(NODE_ROOT % N0, "var/lib/prima-bench/bench.lock"))
     # The API key went to the server and the client, never to the log.
     with open("/var/lib/prima-sandbox/serve-api-key") as handle:
         key = handle.read().strip()
@@ -32,10 +32,10 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
         assert line["unit"] == "serve-%s-tiny" % line["runtime"]
         assert line["world"] == (1 if line["runtime"] == "single" else 3)
         assert line["transport"]["mode"] == "ssh" and line["link"] and line["build"]
-        assert line["bench_started"] and "n0" in line["price_cent_per_hour"]
+        assert line["bench_started"] and N0 in line["price_cent_per_hour"]
         # Each unit's server on a port of its own, from 8080 in the order of the plans.
         port = 8080 + runtimes.index(line["runtime"])
-        assert line["clients_where"] == "clients on rank 0 (n0) over loopback (127.0.0.1:%d)" % port
+        assert line["clients_where"] == "clients on rank 0 (%s) over loopback (127.0.0.1:%d)" % (N0, port)
     for line in sequential:
         # The server's own timings (llama-server's /completion), under the keys of a mode=run run.
         assert not line["warmup"] and line["request"]["status"] == 200, line
@@ -51,7 +51,7 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
             assert 0 < level["ttft_p50_ms"] <= level["ttft_p95_ms"] <= level["ttft_p99_ms"]
             assert 0 <= level["itl_p50_ms"] <= level["itl_p95_ms"] <= level["itl_p99_ms"]
 
-    raw = json.loads((reports / run_id / "raw" / "n0" / "serve-llama_rpc-tiny" / levels[0]["link"]
+    raw = json.loads((reports / run_id / "raw" / N0 / "serve-llama_rpc-tiny" / levels[0]["link"]
                       / "load.json").read_text())
     # One warm-up, then the measured requests.
     assert len(raw["sequential"]) == BOTH_MODES_RUNS + 1 and raw["sequential"][0]["warmup"]
@@ -61,7 +61,7 @@ def test_bench_server_mode_records_sequential_and_load_levels(both_modes_bench):
     report = (reports / run_id / "report.md").read_text()
     assert "come from the server's own `timings`" in report
     assert re.search(r"\| llama\.cpp RPC \| tiny \| unshaped \| ssh \| 3 \| ", report), report
-    assert "Clients on rank 0 (n0) over loopback (127.0.0.1:%d)" % (8080 + runtimes.index("llama_rpc")) in report
+    assert "Clients on rank 0 (%s) over loopback (127.0.0.1:%d)" % (N0, 8080 + runtimes.index("llama_rpc")) in report
     assert "| Clients | Requests | TTFT ms p50 / p95 / p99 | ITL ms p50 / p95 / p99 | Aggregate t/s | Errors |" in report
     rows = re.findall(r"^\| (\d+) \| (\d+) \| [0-9.]+ / [0-9.]+ / [0-9.]+ \| [0-9.]+ / [0-9.]+ / [0-9.]+ "
                       r"\| [0-9.]+ \| (\d+) \|$", report, re.M)
