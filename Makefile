@@ -137,6 +137,6 @@ test-deps:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server; \
 	  rc=$$?; [ -z "$$made_policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
-# Four pytests side by side (tools/run_tests.sh): the integration suite on three sandbox clusters, the rest beside them.
+# Two pytests side by side (tools/run_tests.sh): the integration suite on the sandbox, the rest beside it.
 test: venv test-deps
 	BIN=$(BIN) tools/run_tests.sh $(PYTEST_ARGS)
