@@ -20,14 +20,14 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The suite runs on the sandbox shaped like Glows (an access gateway, nodes that cannot reach each other), on one of
-# its clusters: `a` (inventory/sandbox-mapped.yml, n0-n2, brought up by the session) by default; `b` or `c`
-# (inventory/sandbox-mapped-b.yml, n3-n5, and -c.yml, n6-n8: copies of a's nodes once provisioned, see
-# second_cluster) when PRIMA_TEST_CLUSTER=b or c, as tools/run_tests.sh runs parts of the suite beside the rest.
+# its clusters: `a` (inventory/sandbox-mapped.yml, n0-n2, brought up by the session) by default; `b`
+# (inventory/sandbox-mapped-b.yml, n3-n5: copies of a's nodes once provisioned, see second_cluster) when
+# PRIMA_TEST_CLUSTER=b, as tools/run_tests.sh runs part of the suite beside the rest.
 # FLAT_INVENTORY is cluster a on a flat network (flat_topology() switches the running sandbox).
 CLUSTER = os.environ.get("PRIMA_TEST_CLUSTER", "a")
-CLUSTER_INVENTORIES = {"a": "sandbox-mapped.yml", "b": "sandbox-mapped-b.yml", "c": "sandbox-mapped-c.yml"}
+CLUSTER_INVENTORIES = {"a": "sandbox-mapped.yml", "b": "sandbox-mapped-b.yml"}
 if CLUSTER not in CLUSTER_INVENTORIES:
-    raise pytest.UsageError("PRIMA_TEST_CLUSTER is %r; use a (the default), b or c" % CLUSTER)
+    raise pytest.UsageError("PRIMA_TEST_CLUSTER is %r; use a (the default) or b" % CLUSTER)
 SANDBOX_INVENTORY = os.path.join(REPO, "inventory", CLUSTER_INVENTORIES[CLUSTER])
 FLAT_INVENTORY = os.path.join(REPO, "inventory", "sandbox.yml")
 ACCESS_ADDRESS = "10.77.0.3"
@@ -229,7 +229,7 @@ class BackgroundRun:
 
 
 # A copy of cluster a's rank 0 root as site_runs provisioned it (SNAPSHOT_ROOT), taken once the session's site.yml
-# runs are over: the nodes of clusters b and c start from it, and the rental test rents its instances from it. The file
+# runs are over: cluster b's nodes start from it, and the rental test rents its instances from it. The file
 # SNAPSHOT/complete says the copy is whole. Under the sandbox's state directory, so sandbox-down removes it.
 SNAPSHOT = "/var/lib/prima-sandbox/snapshots/provisioned"
 # The copy of cluster a's rank 0 (whichever cluster this session runs on).
@@ -259,15 +259,15 @@ def _mark(variable: str, text: str) -> None:
 
 
 def snapshot_done(copied: bool) -> None:
-    """Tell tools/run_tests.sh whether clusters b and c can start: `copied`, or `none` (it says why not, then)."""
+    """Tell tools/run_tests.sh whether cluster b can start: `copied`, or `none` (it says why it did not, then)."""
     _mark("PRIMA_TEST_SNAPSHOT_DONE", "copied" if copied else "none")
 
 
 @pytest.fixture(scope="session")
 def sandbox():
-    """The sandbox cluster, up for the whole session and down afterwards. On cluster b or c: its nodes added to
-    the running sandbox as copies of the provisioned snapshot (second_cluster), and left for cluster a's session
-    to take down."""
+    """The sandbox cluster, up for the whole session and down afterwards. On cluster b: its nodes added to the
+    running sandbox as copies of the provisioned snapshot (second_cluster), and left for cluster a's session to
+    take down."""
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root (network namespaces, mounts, debootstrap)")
     if CLUSTER != "a":
@@ -282,23 +282,22 @@ def sandbox():
     try:
         yield up
     finally:
-        # tools/run_tests.sh runs a pytest on clusters b and c beside this one: their nodes go down with the
-        # sandbox, so wait until they have ended (PRIMA_TEST_WAIT_BEFORE_DOWN: the files they leave then, by ':').
-        wait_files = [path for path in os.environ.get("PRIMA_TEST_WAIT_BEFORE_DOWN", "").split(":") if path]
-        # A session that took no copy (site_runs not selected) lets the other clusters' pytests know they will not
-        # start.
+        # tools/run_tests.sh runs a pytest on cluster b beside this one: its nodes go down with the sandbox, so
+        # wait until it has ended (PRIMA_TEST_WAIT_BEFORE_DOWN names the file it leaves then).
+        wait_file = os.environ.get("PRIMA_TEST_WAIT_BEFORE_DOWN")
+        # A session that took no copy (site_runs not selected) lets cluster b's pytest know it will not start.
         snapshot_mark = os.environ.get("PRIMA_TEST_SNAPSHOT_DONE")
         if snapshot_mark and not os.path.exists(snapshot_mark):
             snapshot_done(False)
         deadline = time.monotonic() + 3600
-        while not all(os.path.exists(path) for path in wait_files) and time.monotonic() < deadline:
+        while wait_file and not os.path.exists(wait_file) and time.monotonic() < deadline:
             time.sleep(2)
         down = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "down"}, label="sandbox-down")
         assert down.status == "successful", down.describe()
 
 
 def second_cluster() -> PlaybookRun:
-    """This cluster's nodes (b or c) added to the running sandbox as copies of the provisioned snapshot."""
+    """This cluster's nodes (b) added to the running sandbox as copies of the provisioned snapshot."""
     if not os.path.exists(os.path.join(SNAPSHOT, "complete")):
         pytest.fail("cluster %s starts from the snapshot of cluster a's provisioned nodes (%s), which is not there: "
                     "run the suite on cluster a first (tools/run_tests.sh does both)" % (CLUSTER, SNAPSHOT))
@@ -407,10 +406,10 @@ def site_runs(sandbox):
     The second run also finds the cluster lock held by a live ansible-playbook whose bound has passed (run id
     STALE_LOCK_RUN_ID, bound 600 s, 2 h old), which it breaks with a NOTICE: test_site checks that on this run, and
     that it changes nothing. second.hub_requests is what the sandbox hub served during it (test_models: a second
-    run downloads nothing). Between the two, rank 0 is copied (snapshot_provisioned), for clusters b and c and the
+    run downloads nothing). Between the two, rank 0 is copied (snapshot_provisioned), for cluster b and the
     rental test.
 
-    On cluster b or c: one site.yml on the copies, as (run, run); no test there reads it."""
+    On cluster b: one site.yml on the copies, as (run, run); no test there reads it."""
     if CLUSTER != "a":
         # Copies of provisioned nodes: site.yml makes them this cluster's (addresses, transport, units).
         run = run_playbook("site.yml", label="site-%s" % CLUSTER)
@@ -418,7 +417,7 @@ def site_runs(sandbox):
         SITE_UNITS.update(unit_contents())
         SITE_UNIT_MODES.update({path: os.stat(path).st_mode & 0o7777 for path in SITE_UNITS})
         return run, run
-    # An earlier session's copy is not this one's: clusters b and c must not start from it.
+    # An earlier session's copy is not this one's: cluster b must not start from it.
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     copied = False
     try:
@@ -427,7 +426,7 @@ def site_runs(sandbox):
         finally:
             cold_build_done()
         assert cold.status == "successful", cold.describe()
-        # Before the second run: the copies of clusters b and c start (and run site.yml, which downloads nothing either)
+        # Before the second run: cluster b's copies start (and run site.yml, which downloads nothing either)
         # beside it.
         snapshot_provisioned()
         copied = True
