@@ -38,11 +38,13 @@ def _inventory_hosts(path: str) -> Dict[str, Dict[str, Any]]:
         return yaml.safe_load(handle)["all"]["children"]["sandbox"]["children"]["cluster"]["hosts"]
 
 
-# The cluster's nodes in rank order, as the inventory lists them (n0, n1, n2 on cluster a), and their gateway ports.
-SSH_PORTS = {name: host["ansible_port"] for name, host in _inventory_hosts(SANDBOX_INVENTORY).items()}
+# The cluster's nodes in rank order, as the inventory lists them (n0, n1, n2 on cluster a), their gateway ports and
+# cluster addresses (one read of the inventory).
+_CLUSTER_HOSTS = _inventory_hosts(SANDBOX_INVENTORY)
+SSH_PORTS = {name: host["ansible_port"] for name, host in _CLUSTER_HOSTS.items()}
+CLUSTER_IPS = {name: host["cluster_ip"] for name, host in _CLUSTER_HOSTS.items()}
 NODES = list(SSH_PORTS)
 N0, N1, N2 = NODES
-CLUSTER_IPS = {name: host["cluster_ip"] for name, host in _inventory_hosts(SANDBOX_INVENTORY).items()}
 ARTIFACTS = os.path.join(REPO, "artifacts")
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 # The session's second site.yml is the README's own command for it ("Sandbox, step by step"), run through bash as

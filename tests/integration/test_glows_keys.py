@@ -24,8 +24,8 @@ def password_node(site_runs):
     host.run_expect([0], "echo 'root:%s' | chpasswd" % PASSWORD)
     dropin = "/etc/ssh/sshd_config.d/00-glows-password.conf"
     # As a fresh Glows node lets root in (the sandbox's nodes allow root keys only).
-    host.run_expect([0], "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\n' > %s && kill -HUP $(cat /run/sshd.pid)"
-                    % dropin)
+    host.run_expect([0], "printf 'PermitRootLogin yes\\nPasswordAuthentication yes\\n' > %s"
+                         " && kill -HUP $(cat /run/sshd.pid)" % dropin)
     yield host
     host.run("rm -f %s && passwd -d root >/dev/null && kill -HUP $(cat /run/sshd.pid)" % dropin)
 
