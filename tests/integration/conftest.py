@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -193,7 +194,11 @@ def _finish(runner, started: float, label: str) -> PlaybookRun:
     with open(PLAYBOOK_SECONDS, "a") as handle:
         handle.write(json.dumps({"label": label, "seconds": round(seconds, 1), "status": runner.status,
                                  "test": os.environ.get("PYTEST_CURRENT_TEST", "")}) + "\n")
-    return PlaybookRun(runner, seconds, log_path)
+    run = PlaybookRun(runner, seconds, log_path)
+    # Read whole by now: its events and artifacts (megabytes per run) would otherwise stay in /tmp for good.
+    if runner.status not in ("unstarted", "starting", "running"):  # a finish() that timed out leaves it be
+        shutil.rmtree(runner.config.private_data_dir, ignore_errors=True)
+    return run
 
 
 def run_playbook(playbook: str, inventory: str = SANDBOX_INVENTORY, extravars: Optional[Dict[str, Any]] = None,
@@ -534,6 +539,54 @@ def running_child(node, unit):
     except (OSError, ValueError):
         return None
     return int(children[0]) if children else None
+
+
+def head_generating(unit, since, node=N0):
+    """Rank 0 of `unit` (on `node`) runs and has written to its stdout since `since` (a time.time()). The check of the time
+    matters: an earlier run's stdout (a warm-up's, another test's) stays until the next run truncates it."""
+    try:
+        out = os.stat(os.path.join(STATE % (node, unit), "stdout"))
+    except OSError:
+        return False
+    return running_child(node, unit) is not None and out.st_size > 0 and out.st_mtime >= since
+
+
+def abandon_background_bench(run, run_id):
+    """After a test failed with its bench.yml still running: Ctrl-C it, end the ranks it started and take its lock,
+    so the tests after this one start from a clean cluster instead of failing on what this one left."""
+    pid = ansible_playbook_of(run_id)
+    if pid:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    run.finish(timeout=120)
+    for line in rank_processes():
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    try:
+        if json.loads(os.readlink(LOCK)).get("run_id") == run_id:
+            os.remove(LOCK)
+    except (OSError, ValueError):
+        pass
+
+
+def ansible_playbook_of(run_id):
+    """The ansible-playbook process running PRIMA_BENCH_RUN_ID=run_id."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open("/proc/%s/environ" % pid, "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"ansible-playbook") for arg in argv[:2]) and \
+                ("PRIMA_BENCH_RUN_ID=%s" % run_id).encode() in environ:
+            return int(pid)
+    return None
 
 
 # The suite's bench of both modes: every runtime, two measured runs each (a median and a spread). benchmarks/bench_overhead.py makes its

@@ -9,10 +9,12 @@ the cluster)."""
 import glob
 import os
 import signal
+import time
 
 import pytest
 
-from conftest import N0, NODES, PRIMA, STATE, assert_clean_failure, bench, running_child, wait_for
+from conftest import (N0, NODES, PRIMA, abandon_background_bench, assert_clean_failure, bench, head_generating,
+                      running_child, wait_for)
 
 
 def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):
@@ -43,13 +45,16 @@ def test_rank_killed_mid_run(provisioned, tmp_path, runtime, rank, expected):
     (reports / "results.jsonl").write_text("untouched\n")
     unit = "%s-tiny" % runtime
     # prima.cpp has no timeout: its head hangs once a worker is gone, until the rank's own timeout.
+    started = time.time()
     run = bench(reports, "kill-%s-%s" % (runtime, victim), "bench-kill-%s-%s" % (runtime, victim), background=True,
                 runtime=runtime, runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=45)
     # The head decodes for a while: kill the victim once the head has produced output.
-    head_out = os.path.join(STATE % (N0, unit), "stdout")
-    wait_for(lambda: running_child(N0, unit) and os.path.exists(head_out) and os.path.getsize(head_out) > 0,
-             120, "the head to generate")
-    os.kill(running_child(victim, unit), signal.SIGKILL)
+    try:
+        wait_for(lambda: head_generating(unit, started), 120, "the head to generate")
+        os.kill(running_child(victim, unit), signal.SIGKILL)
+    except BaseException:
+        abandon_background_bench(run, "kill-%s-%s" % (runtime, victim))
+        raise
     result = run.finish()
     # The rank that died first is named first: the cause, before what it took down with it.
     assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected.format(node=victim)))

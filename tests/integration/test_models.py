@@ -36,12 +36,12 @@ def hub_file(repo, name, ref="main"):
 
 def publish(repo, files, *options):
     """A new commit of `repo` on the sandbox hub holding `files` ({name: bytes}); main moves to it."""
-    staging = tempfile.mkdtemp(prefix="hub-staging-")
-    for name, data in files.items():
-        with open(os.path.join(staging, name), "wb") as handle:
-            handle.write(data)
-    done = subprocess.run([sys.executable, HUB_SERVER, "publish", "--repo-dir", os.path.join(HUB_DIR, repo),
-                           "--from", staging] + list(options), check=True, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="hub-staging-") as staging:
+        for name, data in files.items():
+            with open(os.path.join(staging, name), "wb") as handle:
+                handle.write(data)
+        done = subprocess.run([sys.executable, HUB_SERVER, "publish", "--repo-dir", os.path.join(HUB_DIR, repo),
+                               "--from", staging] + list(options), check=True, capture_output=True, text=True)
     return done.stdout.strip()
 
 
@@ -117,14 +117,14 @@ def test_rerun_downloads_nothing(site_runs):
     assert run.hub_requests == []
 
 
-def test_download_killed_half_way_resumes(site_runs, hub_shaping):
+def test_download_killed_half_way_resumes(site_runs, hub_shaping, tmp_path):
     remove_weights()
     hub_shaping("16mbit")
     mark = len(hub_records())
     partial = NODE_ROOT % "n0" + "/opt/models/tiny.gguf.partial"
     state = {"stop": False}
     thread, runner = ansible_runner.run_async(
-        private_data_dir=tempfile.mkdtemp(prefix="runner-"), project_dir=REPO,
+        private_data_dir=str(tmp_path / "runner"), project_dir=REPO,
         playbook="playbooks/models.yml", inventory=SANDBOX_INVENTORY, quiet=True,
         envvars={"ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg")}, cancel_callback=lambda: state["stop"])
     deadline = time.monotonic() + 120

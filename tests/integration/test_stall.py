@@ -6,7 +6,8 @@ import os
 import signal
 import time
 
-from conftest import N0, N1, STATE, assert_clean_failure, bench, running_child, wait_for, write_figures
+from conftest import (N1, abandon_background_bench, assert_clean_failure, bench, head_generating, running_child, wait_for,
+                      write_figures)
 
 STALL_S = 10
 
@@ -16,13 +17,17 @@ def test_a_sigstopped_rank_fails_the_bench_within_the_stall_bound(provisioned, t
     reports.mkdir()
     (reports / "results.jsonl").write_text("untouched\n")
     # A long generation, so the run is mid-way when the worker stops; the launch timeout far beyond the bound.
+    started = time.time()
     run = bench(reports, "stall", "bench-stall", background=True, runtime="llama_rpc", runs=1,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=900, launch_stall_s=STALL_S)
-    head_out = os.path.join(STATE % (N0, "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child(N0, "llama_rpc-tiny") and running_child(N1, "llama_rpc-tiny")
-             and os.path.exists(head_out) and os.path.getsize(head_out) > 0, 180, "the head to generate")
-    worker = running_child(N1, "llama_rpc-tiny")
-    os.kill(worker, signal.SIGSTOP)
+    try:
+        wait_for(lambda: head_generating("llama_rpc-tiny", started) and running_child(N1, "llama_rpc-tiny"), 180,
+                 "the head to generate")
+        worker = running_child(N1, "llama_rpc-tiny")
+        os.kill(worker, signal.SIGSTOP)
+    except BaseException:
+        abandon_background_bench(run, "stall")
+        raise
     stopped_at = time.monotonic()
     try:
         result = run.finish(timeout=STALL_S + 300)

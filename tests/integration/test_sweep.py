@@ -5,9 +5,10 @@ import json
 import os
 import signal
 import subprocess
+import time
 
-from conftest import (N0, N1, NODE_ROOT, NODES, PRIMA, STATE, assert_clean_failure, bench, rank_processes, running_child,
-                      wait_for, write_figures)
+from conftest import (N0, N1, NODE_ROOT, NODES, PRIMA, abandon_background_bench, ansible_playbook_of, assert_clean_failure,
+                      bench, head_generating, rank_processes, wait_for, write_figures)
 
 
 def shaping():
@@ -18,22 +19,6 @@ def shaping():
                              text=True, check=True).stdout
         found[node] = [line for line in out.splitlines() if " tbf " in line or " netem " in line]
     return found
-
-
-def ansible_playbook_of(run_id):
-    """The ansible-playbook process running PRIMA_BENCH_RUN_ID=run_id."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as handle:
-                argv = handle.read().split(b"\0")
-            with open("/proc/%s/environ" % pid, "rb") as handle:
-                environ = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if any(arg.endswith(b"ansible-playbook") for arg in argv[:2]) and \
-                ("PRIMA_BENCH_RUN_ID=%s" % run_id).encode() in environ:
-            return int(pid)
-    return None
 
 
 def test_sweep_of_two_rates(provisioned, tmp_path):
@@ -81,23 +66,30 @@ def test_a_worker_that_never_starts_fails_the_step_and_its_shaping_is_taken_off(
 def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
+    # No warm-up: the guard would take the shaping off in a gap between warm-up and measured run longer than its
+    # quiet time (20 s here against the default 300, so the test ends soon after the head does).
+    started = time.time()
     run = bench(reports, "sweep-int", "bench-sweep-interrupted", background=True, runtime="llama_rpc", runs=1,
-                links="50mbit", link_guard_quiet_s=5, transport_guard_quiet_s=30, launch_n_predict=100000, launch_ctx_size=2048,
-                launch_timeout_s=30)
-    head_out = os.path.join(STATE % (N0, "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child(N0, "llama_rpc-tiny") and os.path.exists(head_out)
-             and os.path.getsize(head_out) > 0, 180, "the head to generate on the shaped link")
-    assert all(shaping().values()), shaping()
-    # Ctrl-C: SIGINT to ansible-playbook's process group; its `always` cleanup does not run.
-    os.killpg(os.getpgid(ansible_playbook_of("sweep-int")), signal.SIGINT)
-    result = run.finish()
+                bench_warmup_runs=0, links="50mbit", link_guard_quiet_s=20, transport_guard_quiet_s=30,
+                launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=30)
+    interrupted = False
+    try:
+        wait_for(lambda: head_generating("llama_rpc-tiny", started), 180, "the head to generate on the shaped link")
+        assert all(shaping().values()), shaping()
+        # Ctrl-C: SIGINT to ansible-playbook's process group; its `always` cleanup does not run.
+        os.killpg(os.getpgid(ansible_playbook_of("sweep-int")), signal.SIGINT)
+        interrupted = True
+        result = run.finish()
+    finally:
+        if not interrupted:
+            abandon_background_bench(run, "sweep-int")
     assert result.status != "successful", result.describe()
     # The guard on each node: once no rank runs (the head ends by its 30 s timeout) and nothing has
-    # changed for 5 s, the shaping goes.
-    wait_for(lambda: shaping() == {node: [] for node in NODES}, 90, "the guards to remove the shaping")
+    # changed for 20 s, the shaping goes.
+    wait_for(lambda: shaping() == {node: [] for node in NODES}, 120, "the guards to remove the shaping")
     # The SSH forwarders too: no rank and nothing changed for 30 s (5 s would cut bench.yml's own quiet
     # moments before the first run), and they stop.
-    wait_for(lambda: rank_processes() == [], 90, "the ranks and the SSH forwarders to end")
+    wait_for(lambda: rank_processes() == [], 120, "the ranks and the SSH forwarders to end")
     for node in NODES:
         assert not os.path.exists(os.path.join(NODE_ROOT % node, "var/lib/prima-bench/link.shaped"))
     # An interrupted bench.yml leaves its lock, and the next one says how to clear it.

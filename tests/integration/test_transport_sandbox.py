@@ -12,11 +12,12 @@ import re
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
-from conftest import (ACCESS_ADDRESS, FLAT_INVENTORY, NODE_ROOT, SSH_PORTS, STATE, bench, flat_topology,
-                      rank_processes, run_playbook, running_child, wait_for)
+from conftest import (ACCESS_ADDRESS, FLAT_INVENTORY, NODE_ROOT, SSH_PORTS, abandon_background_bench, bench,
+                      flat_topology, head_generating, rank_processes, run_playbook, wait_for)
 
 TRANSPORT = NODE_ROOT + "/var/lib/prima-bench/transport"
 # The peers' cluster keys log in as the unprivileged forwarding user (roles/transport, transport_user), never root.
@@ -117,13 +118,16 @@ def test_a_tunnel_killed_mid_run_is_named_with_the_ranks_it_broke(site_runs, tmp
     reports = tmp_path / "reports"
     reports.mkdir()
     (reports / "results.jsonl").write_text("untouched\n")
+    started = time.time()
     run = bench(reports, "tunnel-kill", "bench-tunnel-kill", background=True, runtime="llama_rpc", runs=1,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=60)
-    head_out = os.path.join(STATE % ("n0", "llama_rpc-tiny"), "stdout")
-    wait_for(lambda: running_child("n0", "llama_rpc-tiny") and os.path.exists(head_out)
-             and os.path.getsize(head_out) > 0, 120, "the head to generate")
-    with open(os.path.join(TRANSPORT % "n0", "rank-n1.ssh.pid")) as handle:
-        os.kill(int(handle.read()), signal.SIGKILL)
+    try:
+        wait_for(lambda: head_generating("llama_rpc-tiny", started, node="n0"), 120, "the head to generate")
+        with open(os.path.join(TRANSPORT % "n0", "rank-n1.ssh.pid")) as handle:
+            os.kill(int(handle.read()), signal.SIGKILL)
+    except BaseException:
+        abandon_background_bench(run, "tunnel-kill")
+        raise
     result = run.finish()
     assert result.status == "failed", result.describe()
     assert re.search(r"the SSH tunnel n0 -> n1 \(port 50052\) dropped during the run \(ssh exited 137, [0-9.]+ s in[^)]*\): "
