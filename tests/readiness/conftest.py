@@ -2,15 +2,16 @@
 
     pytest tests/readiness --hosts='ansible://all' --ansible-inventory=inventory/glows.yml
 
-Each node's expected state comes from the same variables the playbooks use: role defaults,
-then the inventory's group and host variables, then --readiness-var NAME=VALUE (like -e).
+Each node's expected state comes from the variables the playbooks use, resolved by Ansible itself as a play of
+the collection's roles sees them: role defaults, the inventory's group and host variables, --readiness-var
+NAME=VALUE as -e.
 """
 
 import functools
 import json
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import testinfra
@@ -31,33 +32,43 @@ def pytest_addoption(parser):
 
 
 @functools.lru_cache(maxsize=None)
-def role_defaults() -> Dict[str, Any]:
-    """The defaults of every role of the collection (each variable is prefixed by its role's name)."""
-    merged = {}  # type: Dict[str, Any]
+def ansible_variables(inventory: str, overrides_json: str) -> Tuple[Any, Any, Any, Any]:
+    """Ansible's own variable manager for the inventory, with the overrides as -e and a play holding every role
+    of the collection: each node's variables come out with Ansible's precedence, not an imitation of it."""
+    from ansible import constants, context
+    from ansible.inventory.manager import InventoryManager
+    from ansible.module_utils.common.collections import ImmutableDict
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.playbook.play import Play
+    from ansible.vars.manager import VariableManager
+
+    context.CLIARGS = ImmutableDict(extra_vars=(overrides_json,))
+    loader = DataLoader()
+    hosts = InventoryManager(loader=loader, sources=[inventory] if inventory else constants.DEFAULT_HOST_LIST)
+    manager = VariableManager(loader=loader, inventory=hosts)
     roles = os.path.join(REPO, "roles")
-    for role in sorted(os.listdir(roles)):
-        path = os.path.join(roles, role, "defaults", "main.yml")
-        if os.path.exists(path):
-            with open(path) as handle:
-                merged.update(yaml.safe_load(handle) or {})
-    return merged
+    play = Play.load({"name": "readiness", "hosts": "all", "gather_facts": False,
+                      "roles": ["prima.cluster." + role for role in sorted(os.listdir(roles))
+                                if os.path.exists(os.path.join(roles, role, "defaults", "main.yml"))]},
+                     variable_manager=manager, loader=loader)
+    return loader, hosts, manager, play
 
 
 class Node:
-    """One node: its rendered variables and the local facts site.yml left on it."""
+    """One node: its variables as a play of the collection's roles sees them, and the local facts site.yml left
+    on it."""
 
     def __init__(self, host, inventory: str, overrides: Dict[str, Any]):
-        from ansible.parsing.dataloader import DataLoader
         from ansible.template import Templar
 
         self.host = host
         self.name = host.backend.host
-        raw = dict(role_defaults())
-        raw.update(host.ansible.get_variables())
-        raw.update(overrides)
-        raw.setdefault("inventory_dir", os.path.dirname(os.path.abspath(inventory)))
-        self._raw = {key: _trusted(value) for key, value in raw.items()}
-        self._templar = Templar(loader=DataLoader(), variables=self._raw)
+        loader, hosts, manager, play = ansible_variables(inventory, json.dumps(overrides, sort_keys=True, default=str))
+        known = hosts.get_host(self.name)
+        if known is None:
+            raise ValueError("%s is not in the inventory %s" % (self.name, inventory or "of ansible.cfg"))
+        self._raw = manager.get_vars(play=play, host=known)
+        self._templar = Templar(loader=loader, variables=self._raw)
 
     def var(self, name: str, default: Any = None) -> Any:
         if name not in self._raw:
@@ -76,13 +87,18 @@ class Node:
                 found[name[:-5]] = json.loads(self.host.file("/etc/ansible/facts.d/" + name).content_string)
         return found
 
+    @functools.cached_property
+    def hardware(self) -> Dict[str, Any]:
+        """What the launch role plans with, read as Ansible and the cuda role read it: memory, cores, GPUs."""
+        from ansible_collections.prima.cluster.plugins.filter.cuda import cuda_parse_gpus
 
-def _trusted(value: Any) -> Any:
-    try:
-        from ansible.template import trust_as_template
-    except ImportError:  # ansible-core 2.18 trusts every string
-        return value
-    return trust_as_template(value) if isinstance(value, str) else value
+        memory = self.host.run("awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo")
+        cores = self.host.run("nproc")
+        smi = self.host.run("nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version "
+                            "--format=csv,noheader,nounits")
+        return {"ansible_facts": {"memtotal_mb": int(memory.stdout.strip() or 0),
+                                  "processor_nproc": int(cores.stdout.strip() or 1)},
+                "cuda_gpus": cuda_parse_gpus(smi.stdout) if smi.rc == 0 else []}
 
 
 def _overrides(config) -> Dict[str, Any]:
@@ -129,7 +145,7 @@ def transport(cluster) -> Dict[str, Any]:
 def cluster_plans(cluster):
     """The units bench.yml would run on these nodes, for the first selected model, and the catalog: the
     launch role's own planner, with its options from the same variables."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import GIB, LaunchOptions, launch_plans
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import LaunchOptions, cluster_nodes, launch_plans
     from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import merged_catalog, models_selection
     from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import runtimes_selection
 
@@ -137,9 +153,9 @@ def cluster_plans(cluster):
     catalog = merged_catalog(first.var("models_catalog", {}), first.var("models_extra_catalog", {}))
     models = models_selection(first.var("model"), first.var("models_enabled", []), catalog)[:1]
     runtimes = runtimes_selection("all", bool(first.var("prima_enabled", True)))
-    # Ports and addresses are what matter here; memory only sizes the layer window, threads nothing.
-    nodes = [{"host": item.name, "address": str(item.var("cluster_ip")), "cores": 1,
-              "memory": {"ram": 64 * GIB, "vram": 0, "total": 64 * GIB}} for item in cluster]
+    hostvars = {item.name: dict(item.hardware, cluster_ip=item.var("cluster_ip"), gpu_mem=item.var("gpu_mem"))
+                for item in cluster}
+    nodes = cluster_nodes([item.name for item in cluster], hostvars, int(first.var("launch_mem_reserve_mib")))
     options = LaunchOptions.from_mapping({
         "models_dir": first.var("cluster_models_dir"), "state_dir": first.var("cluster_state_dir"),
         "prima_cli": "llama-cli", "llama_cpp_bin": "", "data_port_base": first.var("cluster_data_port_base"),
