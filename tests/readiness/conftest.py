@@ -145,7 +145,8 @@ def transport(cluster) -> Dict[str, Any]:
 def cluster_plans(cluster):
     """The units bench.yml would run on these nodes, for the first selected model, and the catalog: the
     launch role's own planner, with its options from the same variables."""
-    from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import LaunchOptions, cluster_nodes, launch_plans
+    from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (
+        LaunchOptions, cluster_nodes, launch_plans)
     from ansible_collections.prima.cluster.plugins.plugin_utils.models.catalog import merged_catalog, models_selection
     from ansible_collections.prima.cluster.plugins.plugin_utils.preflight.checks import runtimes_selection
 
