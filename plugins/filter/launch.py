@@ -1,5 +1,5 @@
-"""Filters of the launch role's planner and of its templates' escaping; the logic is in plugin_utils/launch/plan.py
-and launch/escaping.py."""
+"""Filters of the launch role's planner and of its templates' escaping; the logic is in plugin_utils/launch/plan.py,
+launch/escaping.py and launch/node_shell.py."""
 
 from typing import Any, Dict, Mapping, Sequence
 
@@ -7,6 +7,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.escaping import (
     c_escaped, systemd_executable, systemd_file_url, systemd_text)
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.node_shell import ranks_at_work_function
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import (LaunchOptions, cluster_nodes,
                                                                                 host_units, launch_plans, plan_name,
                                                                                 plan_names, rank_hosts, weights_path)
@@ -36,4 +37,6 @@ class FilterModule:
             "launch_systemd_text": systemd_text,
             "launch_systemd_executable": systemd_executable,
             "launch_systemd_file_url": systemd_file_url,
+            # For the link guard and the SSH forwarders: is a rank of this node at work?
+            "launch_ranks_at_work_function": ranks_at_work_function,
         }

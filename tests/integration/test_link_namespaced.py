@@ -13,6 +13,7 @@ import time
 import jinja2
 import pytest
 
+from ansible_collections.prima.cluster.plugins.plugin_utils.launch.node_shell import ranks_at_work_function
 from ansible_collections.prima.cluster.plugins.plugin_utils.link.shaping import shaping_commands, tc_notice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -56,6 +57,7 @@ def node(tmp_path, namespace):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(ROOT, "roles", "link", "templates")),
                              undefined=jinja2.StrictUndefined)
     env.filters["quote"] = shlex.quote
+    env.filters["prima.cluster.launch_ranks_at_work_function"] = ranks_at_work_function
     guard = tmp_path / "guard"
     guard.write_text(env.get_template("guard.sh.j2").render(
         link_guard_script=str(guard), link_marker=str(state / "link.shaped"), cluster_state_dir=str(state),
