@@ -36,6 +36,7 @@ def ansible_variables(inventory: str, overrides_json: str) -> Tuple[Any, Any, An
     """Ansible's own variable manager for the inventory, with the overrides as -e and a play holding every role
     of the collection: each node's variables come out with Ansible's precedence, not an imitation of it."""
     from ansible import constants, context
+    from ansible.cli import CLI
     from ansible.inventory.manager import InventoryManager
     from ansible.module_utils.common.collections import ImmutableDict
     from ansible.parsing.dataloader import DataLoader
@@ -44,6 +45,10 @@ def ansible_variables(inventory: str, overrides_json: str) -> Tuple[Any, Any, An
 
     context.CLIARGS = ImmutableDict(extra_vars=(overrides_json,))
     loader = DataLoader()
+    # A vault in the inventory (the serve key, the hub token) opens as for ansible-playbook: the vault identities
+    # and password file of the configuration or the environment (ANSIBLE_VAULT_PASSWORD_FILE), no prompt.
+    loader.set_vault_secrets(CLI.setup_vault_secrets(loader, vault_ids=list(constants.DEFAULT_VAULT_IDENTITY_LIST),
+                                                     auto_prompt=False))
     hosts = InventoryManager(loader=loader, sources=[inventory] if inventory else constants.DEFAULT_HOST_LIST)
     manager = VariableManager(loader=loader, inventory=hosts)
     roles = os.path.join(REPO, "roles")
@@ -59,6 +64,7 @@ class Node:
     on it."""
 
     def __init__(self, host, inventory: str, overrides: Dict[str, Any]):
+        from ansible.errors import AnsibleError
         from ansible.template import Templar
 
         self.host = host
@@ -67,7 +73,13 @@ class Node:
         known = hosts.get_host(self.name)
         if known is None:
             raise ValueError("%s is not in the inventory %s" % (self.name, inventory or "of ansible.cfg"))
-        self._raw = manager.get_vars(play=play, host=known)
+        try:
+            self._raw = manager.get_vars(play=play, host=known)
+        except AnsibleError as error:
+            message = str(error).splitlines()[0]
+            hint = ("; give the vault's password as for ansible-playbook: ANSIBLE_VAULT_PASSWORD_FILE=FILE"
+                    if "vault" in message.lower() else "")
+            raise ValueError("%s: the inventory's variables cannot be read: %s%s" % (self.name, message, hint))
         self._templar = Templar(loader=loader, variables=self._raw)
 
     def var(self, name: str, default: Any = None) -> Any:
