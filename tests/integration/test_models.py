@@ -123,6 +123,7 @@ def test_download_killed_half_way_resumes(site_runs, hub_shaping, tmp_path):
     mark = len(hub_records())
     partial = NODE_ROOT % "n0" + "/opt/models/tiny.gguf.partial"
     state = {"stop": False}
+    (tmp_path / "runner").mkdir()
     thread, runner = ansible_runner.run_async(
         private_data_dir=str(tmp_path / "runner"), project_dir=REPO,
         playbook="playbooks/models.yml", inventory=SANDBOX_INVENTORY, quiet=True,

@@ -141,7 +141,11 @@ def openai_client_checks(port, key, runtime):
     assert answer.choices[0].message.role == "assistant" and answer.usage.completion_tokens > 0
     chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
                                                  max_tokens=8, stream=True))
-    assert any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks)
+    # A streamed answer: chunks, then one that says why it ended. Not non-empty text: the tiny model's random
+    # weights can spend all 8 tokens without a printable character (seen once in a clean make test: every
+    # chunk's content empty; the answer above counts tokens, not text, for the same reason).
+    assert len(chunks) > 1 and any(chunk.choices and chunk.choices[0].finish_reason in ("length", "stop")
+                                   for chunk in chunks), chunks
     if runtime == "prima":
         # Said by serve.yml, its status and the README: prima.cpp's /v1/completions is llama.cpp's native shape.
         with pytest.raises((TypeError, AttributeError, openai.APIError)):
