@@ -57,6 +57,12 @@ PRIMA_EXTRAVARS = {"prima_version": os.environ["PRIMA_CPP_VERSION"]} if os.envir
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
 
+def sandbox_var(name: str) -> Any:
+    """A setting of every sandbox cluster (inventory/group_vars/sandbox.yml), as the inventory gives it."""
+    with open(os.path.join(REPO, "inventory", "group_vars", "sandbox.yml")) as handle:
+        return yaml.safe_load(handle)[name]
+
+
 def role_default(role: str, name: str) -> Any:
     """A pin or default as the role itself defines it (roles/<role>/defaults/main.yml), so tests never repeat one."""
     with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as handle:

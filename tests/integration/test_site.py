@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conftest import (LOCK, LOCK_ON_NODE, NODES, PRIMA, STALE_LOCK_RUN_ID, local_fact, node, planted_lock, role_default,
-                      run_playbook, write_figures)
+                      run_playbook, sandbox_var, write_figures)
 from ansible_collections.prima.cluster.plugins.plugin_utils.cluster.readiness import version_tuple
 
 
@@ -89,8 +89,9 @@ BUILDS = ["highs", "llama_cpp"] + (["prima"] if PRIMA else [])
 # A flag of each build that changes its build inputs but not what the compiler is asked: the rebuild is real
 # (configure, compile, install, hash), and the shared ccache serves it.
 CHANGED_FLAG = {
-    "highs": {"highs_cmake_extra_args": role_default("highs", "highs_cmake_extra_args") + ["-DCMAKE_VERBOSE_MAKEFILE=OFF"]},
-    "llama_cpp": {"llama_cpp_extra_cmake_args": ["-DCMAKE_VERBOSE_MAKEFILE=OFF"]},
+    "highs": {"highs_cmake_extra_args": sandbox_var("highs_cmake_extra_args") + ["-DCMAKE_VERBOSE_MAKEFILE=OFF"]},
+    "llama_cpp": {"llama_cpp_extra_cmake_args": sandbox_var("llama_cpp_extra_cmake_args")
+                  + ["-DCMAKE_VERBOSE_MAKEFILE=OFF"]},
     "prima": {"prima_extra_make_vars": {"PRIMA_CLUSTER_TEST_FLAG": "1"}},
 }
 
