@@ -548,7 +548,7 @@ def running_child(node, unit):
 
 
 def head_generating(unit, since, node=N0):
-    """Rank 0 of `unit` (on `node`) runs and has written to its stdout since `since` (a time.time()). The check of the time
+    """Rank 0 of `unit` (on `node`) runs and has written to its stdout since `since` (a time.time()). The time
     matters: an earlier run's stdout (a warm-up's, another test's) stays until the next run truncates it."""
     try:
         out = os.stat(os.path.join(STATE % (node, unit), "stdout"))
@@ -557,26 +557,32 @@ def head_generating(unit, since, node=N0):
     return running_child(node, unit) is not None and out.st_size > 0 and out.st_mtime >= since
 
 
-def abandon_background_bench(run, run_id):
-    """After a test failed with its bench.yml still running: Ctrl-C it, end the ranks it started and take its lock,
-    so the tests after this one start from a clean cluster instead of failing on what this one left."""
-    pid = ansible_playbook_of(run_id)
-    if pid:
-        try:
-            os.killpg(os.getpgid(pid), signal.SIGINT)
-        except ProcessLookupError:
-            pass
-    run.finish(timeout=120)
-    for line in rank_processes():
-        try:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
+@contextlib.contextmanager
+def abandoned_on_failure(run, run_id):
+    """Around what a test does while its bench.yml runs in the background: if that fails, Ctrl-C the playbook, end
+    the ranks it started and take its lock, so the tests after this one start from a clean cluster instead of
+    failing on what this one left."""
     try:
-        if json.loads(os.readlink(LOCK)).get("run_id") == run_id:
-            os.remove(LOCK)
-    except (OSError, ValueError):
-        pass
+        yield
+    except BaseException:
+        pid = ansible_playbook_of(run_id)
+        if pid:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        run.finish(timeout=120)
+        for line in rank_processes():
+            try:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        try:
+            if json.loads(os.readlink(LOCK)).get("run_id") == run_id:
+                os.remove(LOCK)
+        except (OSError, ValueError):
+            pass
+        raise
 
 
 def ansible_playbook_of(run_id):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import (N0, NODES, PRIMA, abandon_background_bench, assert_clean_failure, bench, head_generating,
+from conftest import (N0, NODES, PRIMA, abandoned_on_failure, assert_clean_failure, bench, head_generating,
                       running_child, wait_for)
 
 
@@ -49,12 +49,9 @@ def test_rank_killed_mid_run(provisioned, tmp_path, runtime, rank, expected):
     run = bench(reports, "kill-%s-%s" % (runtime, victim), "bench-kill-%s-%s" % (runtime, victim), background=True,
                 runtime=runtime, runs=1, launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=45)
     # The head decodes for a while: kill the victim once the head has produced output.
-    try:
+    with abandoned_on_failure(run, "kill-%s-%s" % (runtime, victim)):
         wait_for(lambda: head_generating(unit, started), 120, "the head to generate")
         os.kill(running_child(victim, unit), signal.SIGKILL)
-    except BaseException:
-        abandon_background_bench(run, "kill-%s-%s" % (runtime, victim))
-        raise
     result = run.finish()
     # The rank that died first is named first: the cause, before what it took down with it.
     assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected.format(node=victim)))

@@ -6,8 +6,8 @@ import os
 import signal
 import time
 
-from conftest import (N1, abandon_background_bench, assert_clean_failure, bench, head_generating, running_child, wait_for,
-                      write_figures)
+from conftest import (N1, abandoned_on_failure, assert_clean_failure, bench, head_generating, running_child,
+                      wait_for, write_figures)
 
 STALL_S = 10
 
@@ -20,14 +20,11 @@ def test_a_sigstopped_rank_fails_the_bench_within_the_stall_bound(provisioned, t
     started = time.time()
     run = bench(reports, "stall", "bench-stall", background=True, runtime="llama_rpc", runs=1,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=900, launch_stall_s=STALL_S)
-    try:
+    with abandoned_on_failure(run, "stall"):
         wait_for(lambda: head_generating("llama_rpc-tiny", started) and running_child(N1, "llama_rpc-tiny"), 180,
                  "the head to generate")
         worker = running_child(N1, "llama_rpc-tiny")
         os.kill(worker, signal.SIGSTOP)
-    except BaseException:
-        abandon_background_bench(run, "stall")
-        raise
     stopped_at = time.monotonic()
     try:
         result = run.finish(timeout=STALL_S + 300)

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import time
 
-from conftest import (N0, N1, NODE_ROOT, NODES, PRIMA, abandon_background_bench, ansible_playbook_of, assert_clean_failure,
-                      bench, head_generating, rank_processes, wait_for, write_figures)
+from conftest import (N0, N1, NODE_ROOT, NODES, PRIMA, abandoned_on_failure, ansible_playbook_of,
+                      assert_clean_failure, bench, head_generating, rank_processes, wait_for, write_figures)
 
 
 def shaping():
@@ -72,17 +72,12 @@ def test_interrupted_sweep_leaves_no_shaping(provisioned, tmp_path):
     run = bench(reports, "sweep-int", "bench-sweep-interrupted", background=True, runtime="llama_rpc", runs=1,
                 bench_warmup_runs=0, links="50mbit", link_guard_quiet_s=20, transport_guard_quiet_s=30,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=30)
-    interrupted = False
-    try:
+    with abandoned_on_failure(run, "sweep-int"):
         wait_for(lambda: head_generating("llama_rpc-tiny", started), 180, "the head to generate on the shaped link")
         assert all(shaping().values()), shaping()
         # Ctrl-C: SIGINT to ansible-playbook's process group; its `always` cleanup does not run.
         os.killpg(os.getpgid(ansible_playbook_of("sweep-int")), signal.SIGINT)
-        interrupted = True
-        result = run.finish()
-    finally:
-        if not interrupted:
-            abandon_background_bench(run, "sweep-int")
+    result = run.finish()
     assert result.status != "successful", result.describe()
     # The guard on each node: once no rank runs (the head ends by its 30 s timeout) and nothing has
     # changed for 20 s, the shaping goes.

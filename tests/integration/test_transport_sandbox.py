@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import (ACCESS_ADDRESS, FLAT_INVENTORY, NODE_ROOT, SSH_PORTS, abandon_background_bench, bench,
+from conftest import (ACCESS_ADDRESS, FLAT_INVENTORY, NODE_ROOT, SSH_PORTS, abandoned_on_failure, bench,
                       flat_topology, head_generating, rank_processes, run_playbook, wait_for)
 
 TRANSPORT = NODE_ROOT + "/var/lib/prima-bench/transport"
@@ -121,13 +121,10 @@ def test_a_tunnel_killed_mid_run_is_named_with_the_ranks_it_broke(site_runs, tmp
     started = time.time()
     run = bench(reports, "tunnel-kill", "bench-tunnel-kill", background=True, runtime="llama_rpc", runs=1,
                 launch_n_predict=100000, launch_ctx_size=2048, launch_timeout_s=60)
-    try:
+    with abandoned_on_failure(run, "tunnel-kill"):
         wait_for(lambda: head_generating("llama_rpc-tiny", started, node="n0"), 120, "the head to generate")
         with open(os.path.join(TRANSPORT % "n0", "rank-n1.ssh.pid")) as handle:
             os.kill(int(handle.read()), signal.SIGKILL)
-    except BaseException:
-        abandon_background_bench(run, "tunnel-kill")
-        raise
     result = run.finish()
     assert result.status == "failed", result.describe()
     assert re.search(r"the SSH tunnel n0 -> n1 \(port 50052\) dropped during the run \(ssh exited 137, [0-9.]+ s in[^)]*\): "
