@@ -572,11 +572,16 @@ def abandoned_on_failure(run, run_id):
             except ProcessLookupError:
                 pass
         run.finish(timeout=120)
-        for line in rank_processes():
-            try:
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
+        # Each one's whole process group: a forwarder's ssh (its command line names no rank) is in its supervisor's
+        # group, and killed alone the supervisor would leave it holding the rank ports for the tests after this one.
+        deadline = time.monotonic() + 30
+        while rank_processes() and time.monotonic() < deadline:
+            for line in rank_processes():
+                try:
+                    os.killpg(os.getpgid(int(line.split()[0])), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            time.sleep(0.5)
         try:
             if json.loads(os.readlink(LOCK)).get("run_id") == run_id:
                 os.remove(LOCK)
