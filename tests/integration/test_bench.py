@@ -39,6 +39,17 @@ def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
         assert run["world"] == (1 if run["runtime"] == "single" else 3)
         command = (reports / run_id / "raw" / head / run["unit"] / label / "command.txt").read_text()
         assert "-m /opt/models/tiny.gguf" in command
+        if run["runtime"] == "llama_rpc":
+            # launch_rpc_cache: every worker caches what it is sent (the tiny model's tensors are all under
+            # ggml-rpc-server's 10 MiB, so nothing lands there: benchmarks/rpc_cache.py measures the large one).
+            for worker in run["hosts"][1:]:
+                assert " -c " in (reports / run_id / "raw" / worker / run["unit"] / label / "command.txt").read_text()
+    # Every head passed, so it vouched for its workers' caches (the run's finish, the server's confirm-cache):
+    # the next start keeps what they hold.
+    for unit in ("llama_rpc-tiny", "serve-llama_rpc-tiny"):
+        for worker in (N1, N2):
+            cache = os.path.join(NODE_ROOT % worker, "var/lib/prima-bench", unit, "cache/rpc")
+            assert os.path.isdir(cache) and not os.path.exists(os.path.join(cache, ".unconfirmed")), cache
     report = (reports / run_id / "report.md").read_text()
     median = statistics.median(run["perf"]["eval_tps"] for run in runs if run["runtime"] == "llama_rpc")
     # The mapped sandbox: auto found the direct path closed, and SSH forwards carried every run.

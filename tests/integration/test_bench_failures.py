@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from conftest import (N0, NODES, PRIMA, abandoned_on_failure, assert_clean_failure, bench, head_generating,
-                      running_child, wait_for)
+from conftest import (N0, NODE_ROOT, NODES, PRIMA, abandoned_on_failure, assert_clean_failure, bench,
+                      head_generating, running_child, wait_for)
 
 
 def test_a_head_whose_log_is_always_cut_is_tried_again_then_named(provisioned, tmp_path):
@@ -57,3 +57,8 @@ def test_rank_killed_mid_run(provisioned, tmp_path, runtime, rank, expected):
     assert_clean_failure(result, reports, "untouched\n", "%s failed:\n%s" % (unit, expected.format(node=victim)))
     if runtime == "prima":
         assert "rank 0 (%s, prima head) exited 124: hang: killed by its timeout" % N0 in result.stdout
+    else:
+        # No head that loaded every tensor vouched for this run: the next start deletes what its workers cached.
+        for worker in NODES[1:]:
+            assert os.path.exists(os.path.join(NODE_ROOT % worker, "var/lib/prima-bench", unit, "cache/rpc",
+                                               ".unconfirmed")), worker

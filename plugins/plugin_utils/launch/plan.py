@@ -72,6 +72,9 @@ class LaunchOptions:
     seed: int
     tensor_split: str = ""
     rpc_server_extra_args: Tuple[str, ...] = ()
+    # ggml-rpc-server -c: each worker keeps the tensors it was sent (over 10 MiB each, llama.cpp's threshold) in
+    # its unit's state directory, so the next load of the same weights reads them from its own disk.
+    rpc_cache: bool = True
     head_extra_args: Tuple[str, ...] = ()
     rank_env: Tuple[Tuple[str, str], ...] = ()
     # direct: ranks reach each other's cluster_ip; ssh: every cross-node port is a forward on the loopback.
@@ -331,20 +334,29 @@ def completion_argv(unit: UnitContext, host: str, rpc: Sequence[str]) -> List[st
     return argv + list(options.head_extra_args)
 
 
-def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], unit: UnitContext) -> Dict[str, Any]:
+def llama_rpc_units(hosts: Sequence[str], addresses: Sequence[str], entry: Mapping[str, Any],
+                    unit: UnitContext) -> Dict[str, Any]:
     """llama.cpp RPC: ggml-rpc-server on every worker, bound to its cluster address (the loopback through SSH,
-    where the head's forward ends); the head offloads to them. Worker rank R listens on rpc_port + R - 1."""
+    where the head's forward ends); the head offloads to them. Worker rank R listens on rpc_port + R - 1.
+
+    With options.rpc_cache, each worker caches the tensors it receives in <state_dir>/cache/rpc (LLAMA_CACHE/rpc):
+    `rpc_cache` gives the launcher that directory and its bound, the model's size from the catalog (a worker holds
+    part of one model, and its tensors are the same whatever the split)."""
     options = unit.options
     binds = [LOOPBACK] * len(addresses) if options.transport == "ssh" else list(addresses)
+    # A catalog entry without sizes gives no bound: no cache then (llama.cpp's own grows without one).
+    cache_bytes = model_bytes(entry) if options.rpc_cache else 0
     endpoints = ["%s:%d" % (address, rpc_port(options.rpc_port, rank))
                  for rank, address in enumerate(binds[1:], start=1)]
     units = {hosts[0]: head_unit(unit, hosts[0], endpoints)}
     for rank, (host, address) in enumerate(zip(hosts[1:], binds[1:]), start=1):
         port = rpc_port(options.rpc_port, rank)
         argv = [options.llama_cpp_bin.rstrip("/") + "/ggml-rpc-server", "-H", address, "-p", str(port),
-                "-t", str(unit.threads[host])]
+                "-t", str(unit.threads[host])] + (["-c"] if cache_bytes else [])
         units[host] = {"rank": rank, "role": "worker", "argv": argv + list(options.rpc_server_extra_args),
                        "env": {"LLAMA_CACHE": unit.state_dir + "/cache"}, "listen": [port]}
+        if cache_bytes:
+            units[host]["rpc_cache"] = {"dir": unit.state_dir + "/cache/rpc", "max_bytes": cache_bytes}
     split = ("-ts " + options.tensor_split) if options.tensor_split else "llama.cpp default (-ngl 999)"
     return {"units": units, "window": None, "gpu_layers": None, "split": split}
 
@@ -363,7 +375,7 @@ def launch_plan(runtime: str, hosts: Sequence[str], addresses: Sequence[str], me
     elif runtime == "prima":
         plan = prima_units(hosts, addresses, memory, entry, unit)
     else:
-        plan = llama_rpc_units(hosts, addresses, unit)
+        plan = llama_rpc_units(hosts, addresses, entry, unit)
     for rank_unit in plan["units"].values():
         rank_unit["env"] = dict(dict(unit.options.rank_env), **rank_unit["env"])
         rank_unit["stall_s"] = unit_stall_s(unit.options)
