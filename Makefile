@@ -120,6 +120,7 @@ figures: site-sandbox
 	$(BIN)/python benchmarks/bench_overhead.py --runtime all --runs 5 --inventory $(SANDBOX_INVENTORY)
 	$(BIN)/python benchmarks/tunnel_cost.py --runs 5
 	$(BIN)/python benchmarks/models_fanout.py --hub-rate 20mbit
+	$(BIN)/python benchmarks/rpc_cache.py --links 200mbit
 	$(BIN)/python benchmarks/parser_speed.py | tee artifacts/parser-speed.json
 
 unit: venv

@@ -24,7 +24,7 @@ def test_the_shipped_catalogs_are_valid():
     with open(os.path.join(REPO, "inventory", "group_vars", "sandbox.yml")) as handle:
         sandbox = yaml.safe_load(handle)
     catalog = merged_catalog(shipped["models_catalog"], sandbox["models_extra_catalog"])
-    assert sorted(catalog) == ["32b", "70b", "8b", "tiny", "tiny-split"]
+    assert sorted(catalog) == ["32b", "70b", "8b", "large", "tiny", "tiny-split"]
     assert catalog_problems_detailed(catalog) == []
     assert sandbox["models_enabled"] == ["tiny"]
 
