@@ -93,3 +93,15 @@ def test_finish_refuses_a_word_it_does_not_know(tmp_path):
     script, _ = worker(tmp_path)
     done = sh(script, "finish", "cache-confirmed; rm -rf /")
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_a_run_that_began_short_of_disk_is_never_confirmed(tmp_path):
+    # ggml-rpc-server does not check its writes: on a full disk a file ends short and the head still passes.
+    # A bound larger than any disk stands in for a disk without room for the rest of the cache.
+    script, cache = worker(tmp_path, [(HASH_A, 10)], max_bytes=2 ** 62)
+    assert sh(script, "run").returncode == 0
+    assert (cache / ".unconfirmed").read_text().splitlines()[0] == "SHORT_OF_DISK"
+    assert sh(script, "finish", "cache-confirmed").returncode == 0
+    assert sh(script, "confirm-cache").returncode == 0
+    empty, _ = worker(tmp_path, max_bytes=1000)
+    assert sh(empty, "run").returncode == 0 and cached(cache) == []
