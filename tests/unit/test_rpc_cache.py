@@ -105,3 +105,15 @@ def test_a_run_that_began_short_of_disk_is_never_confirmed(tmp_path):
     assert sh(script, "confirm-cache").returncode == 0
     empty, _ = worker(tmp_path, max_bytes=1000)
     assert sh(empty, "run").returncode == 0 and cached(cache) == []
+
+
+def test_a_cache_that_cannot_be_made_ready_fails_the_start_saying_why(tmp_path):
+    script, cache = worker(tmp_path)
+    cache.parent.mkdir(parents=True)
+    cache.write_text("a file where the cache's directory goes")
+    assert sh(script, "run").returncode == 1
+    state = cache.parent.parent
+    assert (state / "exit").read_text() == "1\n"
+    assert "could not make the tensor cache %s ready" % cache in (state / "stderr").read_text()
+    listening = sh(script, "listening", "5")
+    assert listening.returncode == 1 and "exited with status 1 before listening" in listening.stderr
