@@ -22,6 +22,8 @@ from typing import Any, Dict, List
 
 import yaml
 
+from figures import write_figures
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 INVENTORY = "inventory/sandbox-mapped.yml"
@@ -115,14 +117,7 @@ def main() -> None:
         result[way]["hub_bytes_per_model"] = round(result[way]["hub_bytes"] / model_bytes, 3) if model_bytes else 0
     result["model_bytes"] = model_bytes
     result["fanout_to_every_node_time"] = round(result["fanout"]["seconds"] / result["every_node"]["seconds"], 3)
-    os.makedirs(os.path.join(REPO, "artifacts"), exist_ok=True)
-    with open(os.path.join(REPO, "artifacts", "models-fanout.json"), "w") as handle:
-        json.dump(result, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    text = markdown(result)
-    with open(os.path.join(REPO, "artifacts", "models-fanout.md"), "w") as handle:
-        handle.write(text)
-    print(text)
+    write_figures("models-fanout", result, markdown(result))
 
 
 if __name__ == "__main__":

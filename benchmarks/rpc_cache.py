@@ -22,6 +22,8 @@ import sys
 import tempfile
 from typing import Any, Dict, Sequence
 
+from figures import write_figures
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 INVENTORY = "inventory/sandbox-mapped.yml"
@@ -108,14 +110,7 @@ def main() -> None:
     over = {node: size for node, size in result["cases"][0]["cache_bytes"].items() if size > MODEL_BYTES}
     if over:
         sys.exit("a worker's cache is over its bound (%d bytes): %s" % (MODEL_BYTES, over))
-    os.makedirs(os.path.join(REPO, "artifacts"), exist_ok=True)
-    with open(os.path.join(REPO, "artifacts", "rpc-cache.json"), "w") as handle:
-        json.dump(result, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    text = markdown(result)
-    with open(os.path.join(REPO, "artifacts", "rpc-cache.md"), "w") as handle:
-        handle.write(text)
-    print(text)
+    write_figures("rpc-cache", result, markdown(result))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
+from figures import write_figures
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 INVENTORIES = {"flat": "inventory/sandbox.yml", "mapped": "inventory/sandbox-mapped.yml"}
@@ -111,14 +113,7 @@ def main() -> None:
                                      "added_ms_per_token": round(added_ms, 3),
                                      "added_ms_per_token_per_link": round(added_ms / max(direct["world"] - 1, 1), 3)}
     name = "tunnel-cost" if args.model == "tiny" else "tunnel-cost-" + args.model
-    os.makedirs(os.path.join(REPO, "artifacts"), exist_ok=True)
-    with open(os.path.join(REPO, "artifacts", name + ".json"), "w") as handle:
-        json.dump(result, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    text = markdown(result)
-    with open(os.path.join(REPO, "artifacts", name + ".md"), "w") as handle:
-        handle.write(text)
-    print(text)
+    write_figures(name, result, markdown(result))
 
 
 if __name__ == "__main__":
