@@ -23,13 +23,15 @@ import tempfile
 from typing import Any, Dict, Sequence
 
 from figures import write_figures
+from models_fanout import model_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 INVENTORY = "inventory/sandbox-mapped.yml"
 NODE_ROOTS = "/var/lib/prima-sandbox/nodes/%s/root"
 MODEL = "large"
-MODEL_BYTES = 954377856  # inventory/group_vars/sandbox.yml's catalog entry `large`
+# The bound of each worker's cache: the size inventory/group_vars/sandbox.yml's catalog gives the model.
+MODEL_BYTES = sum(model_files(MODEL).values())
 UNIT = "llama_rpc-" + MODEL
 CACHE = "var/lib/prima-bench/%s/cache/rpc" % UNIT
 
