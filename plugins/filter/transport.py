@@ -8,8 +8,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import (
     PortBases, authorized_key_line, choose, forward_argv, forward_endpoint, forward_user_problems, known_hosts_name,
-    needed_ports, network_problems, port_problems, probe_targets, rank_links, shell_argv, sshd_check_argv,
-    sshd_match_block, sshd_problems, sshd_settings, ssh_endpoint)
+    needed_ports, network_problems, port_problems, probe_targets, rank_links, setup_state_argv, shell_argv,
+    sshd_check_argv, sshd_match_block, sshd_problems, sshd_settings, ssh_endpoint)
 
 
 def _bases(bases: Mapping[str, Any]) -> PortBases:
@@ -88,6 +88,13 @@ def sshd_match(user: str) -> str:
         raise AnsibleFilterError(str(error))
 
 
+def setup_state(user: str, paths: Sequence[str]) -> List[str]:
+    try:
+        return setup_state_argv(str(user), [str(path) for path in paths])
+    except ValueError as error:
+        raise AnsibleFilterError(str(error))
+
+
 def sshd_first(text: str, keyword: str, default: str = "") -> str:
     """One setting of `sshd -T` output (its first value)."""
     return (sshd_settings(str(text)).get(keyword.lower()) or [default])[0]
@@ -109,4 +116,5 @@ class FilterModule:
             "transport_sshd_check_argv": sshd_check_argv,
             "transport_sshd_problems": sshd_problems,
             "transport_sshd_setting": sshd_first,
+            "transport_setup_state_argv": setup_state,
         }

@@ -1,6 +1,8 @@
 """The cluster transport: which ports each node needs on each peer, the authorized_keys lines, the forwards,
 the auto decision and the naming of a tunnel that dropped during a run."""
 
+import os
+
 import pytest
 
 from ansible_collections.prima.cluster.plugins.plugin_utils.launch.plan import LaunchOptions, launch_plans
@@ -201,3 +203,52 @@ def test_sshd_problems_name_what_sshd_would_let_the_forward_user_do_and_the_fix(
     assert "AllowTcpForwarding yes (wanted local); ForceCommand unset (wanted exec sleep infinity)." in problem
     assert "add `Include /etc/ssh/sshd_config.d/*.conf` at the top of /etc/ssh/sshd_config" in problem
     assert sshd_problems(SSHD_T + "permitopen 127.0.0.1:9000\n", "u", "/c")
+
+
+def _setup_state(user, paths):
+    import subprocess
+
+    from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import setup_state_argv
+
+    done = subprocess.run(setup_state_argv(user, [str(path) for path in paths]), capture_output=True, text=True,
+                          check=True)
+    assert done.stderr == ""
+    return done.stdout
+
+
+def test_the_setup_state_changes_with_a_files_bytes_mode_or_presence_and_only_then(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "forwarders.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    paths = [home, script, tmp_path / "absent"]
+    first = _setup_state("nobody", paths)
+    assert first == _setup_state("nobody", paths)
+    assert "nobody:" in first and "No such file or directory" in first
+    script.write_text("#!/bin/sh\n# edited\n")
+    edited = _setup_state("nobody", paths)
+    assert edited != first
+    script.chmod(0o777)
+    assert _setup_state("nobody", paths) != edited
+    script.chmod(0o755)
+    assert _setup_state("nobody", paths) == edited
+    script.unlink()
+    assert _setup_state("nobody", paths) != edited
+    assert "no user prima-no-such-user" in _setup_state("prima-no-such-user", paths)
+
+
+@pytest.mark.parametrize("user", ["root", "a;b", "x\nrm -rf /", ""])
+def test_the_setup_state_refuses_a_user_the_forwards_could_not_log_in_as(user):
+    from ansible_collections.prima.cluster.plugins.plugin_utils.transport.connections import setup_state_argv
+
+    with pytest.raises(ValueError, match="is not a user name the forwards may log in as"):
+        setup_state_argv(user, ["/tmp"])
+
+
+def test_a_path_with_a_semicolon_or_newline_is_an_argument_not_part_of_the_script(tmp_path):
+    odd = tmp_path / "a;touch pwned\nb"
+    odd.write_text("x")
+    out = _setup_state("nobody", [odd])
+    assert not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
+    assert "regular file" in out

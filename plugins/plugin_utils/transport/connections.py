@@ -217,6 +217,23 @@ def sshd_check_argv(user: str) -> List[str]:
     return [SSHD, "-T", "-C", "user=%s,host=prima-cluster-peer,addr=%s" % (user, LOOPBACK)]
 
 
+def setup_state_argv(user: str, paths: Sequence[str]) -> List[str]:
+    """One read-only command that prints what a transport setup leaves on a node: the forward user's account, each
+    path's type, owner, group and mode, each regular file's sha256, and what sshd applies to the forward user.
+
+    site.yml records the digest of its output after a setup and sets up again where it differs (a file edited or
+    removed, a mode changed, an sshd configuration that no longer applies the forward user's block). The paths and
+    the user are arguments of the script, never part of its text.
+    """
+    if not re.fullmatch(USER_PATTERN, user) or user == "root":
+        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    script = ('user=$1; shift; getent passwd "$user" || echo "no user $user"; '
+              'for path in "$@"; do stat -c "%n %F %U %G %a" -- "$path" 2>&1; '
+              'if [ -f "$path" ]; then sha256sum -- "$path" 2>&1; fi; done; '
+              + " ".join(shlex.quote(part) for part in sshd_check_argv(user)) + " 2>&1; exit 0")
+    return ["sh", "-c", script, "prima-transport-state", user] + [str(path) for path in paths]
+
+
 def sshd_settings(text: str) -> Dict[str, List[str]]:
     """`sshd -T` output: keyword (lower case) -> its values, one a line."""
     settings = {}  # type: Dict[str, List[str]]
