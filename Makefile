@@ -113,8 +113,8 @@ variables: venv
 
 # The figures that take minutes of runs to make, kept out of make test (which runs each benchmark's path once, on
 # fewer runs): bench.yml's overhead per measured run in both modes (every runtime, five runs), the SSH transport
-# against direct, weights fan-out against every node downloading, and the parsers' speed. The sandbox must be up;
-# site.yml first makes sure it is provisioned.
+# against direct, weights fan-out against every node downloading, the parsers' speed, and the cost growth from 3
+# to 6 nodes. The sandbox must be up; site.yml first makes sure it is provisioned.
 figures: site-sandbox
 	@mkdir -p artifacts
 	$(BIN)/python benchmarks/bench_overhead.py --runtime all --runs 5 --inventory $(SANDBOX_INVENTORY)
@@ -124,6 +124,8 @@ figures: site-sandbox
 	# After rpc_cache.py, which puts the large model on the nodes.
 	$(BIN)/python benchmarks/tunnel_cost.py --runs 3 --model large
 	$(BIN)/python benchmarks/parser_speed.py | tee artifacts/parser-speed.json
+	# Copies of n0 as 3 and 6 nodes beside cluster a (tools/sandbox_scale.py), removed at the end.
+	$(BIN)/python benchmarks/scale.py --nodes 3,6
 
 unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
