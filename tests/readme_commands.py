@@ -343,7 +343,7 @@ CLASSIFICATION = {
     "ansible-playbook site.yml": Verdict(EXCUSED, "real Glows nodes: the default inventory, inventory/glows.yml"),
     # As an installed collection
     "make collection": Verdict(RUN, NONE),
-    "ansible-galaxy collection install artifacts/prima-cluster-1.8.0.tar.gz": Verdict(RUN, NONE),
+    "ansible-galaxy collection install artifacts/prima-cluster-1.9.0.tar.gz": Verdict(RUN, NONE),
     "ansible-playbook -i YOUR_INVENTORY prima.cluster.site": Verdict(
         EXCUSED, PLACEHOLDER + "; tests/lint/test_collection.py runs the installed collection's playbooks by "
                                "their full names"),
