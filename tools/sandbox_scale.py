@@ -16,7 +16,10 @@ and catalog), under /var/lib/prima-sandbox/scaled/: sandbox-scaled-<N>.yml. sand
 """
 
 import argparse
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +41,11 @@ FIRST_PORT = 2220
 MAX_NODES = 16
 TABLE = "prima_access_scaled"
 NAME_PREFIX = "s"
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,9}$")
+# A file the node's provisioning leaves (role local_fact): a copy of a node without it would be provisioned cold.
+PROVISIONED_MARK = "etc/ansible/facts.d/llama_cpp.fact"
+LOCK = os.path.join(STATE_DIR, "scaled.lock")
+INVENTORY_NAME = re.compile(r"^sandbox-scaled-(\d{1,2})\.yml$")
 
 
 def node_names(nodes: int) -> List[str]:
@@ -90,14 +98,40 @@ def sandbox_playbook(inventory: str, state: str, extra: Dict[str, str]) -> None:
         sys.exit("%s failed:\n%s" % (" ".join(argv), done.stdout[-4000:]))
 
 
+def source_problem(copy_of: str, node_root: str = NODE_ROOT) -> str:
+    """Why `copy_of` cannot be copied ('' when it can): a plain node name, of a node that is there and provisioned."""
+    if not NODE_NAME.match(copy_of):
+        return "--from %r: not a sandbox node name (letters, digits, _ and -)" % copy_of
+    source = node_root % copy_of
+    if not os.path.isdir(source):
+        return "--from %s: no such sandbox node (%s): make sandbox-up && make site-sandbox first" % (copy_of, source)
+    if not os.path.exists(os.path.join(source, PROVISIONED_MARK)):
+        return ("--from %s: the node is not provisioned (no /%s): make site-sandbox first, or every copy would be "
+                "provisioned from cold" % (copy_of, PROVISIONED_MARK))
+    return ""
+
+
+@contextlib.contextmanager
+def scaled_lock():
+    """One up or down at a time: a second one would remove the first one's snapshot or nodes under it."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(LOCK, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            sys.exit("another tools/sandbox_scale.py up or down is running (%s is locked): let it end first" % LOCK)
+        yield
+
+
 def take_snapshot(copy_of: str) -> None:
     """A copy of the provisioned node's root, taken while it runs (copy_root binds its root read-only first)."""
     sys.path.insert(0, REPO)
     from plugins.module_utils.sandbox_node import copy_root  # the sandbox's own copier
 
+    problem = source_problem(copy_of)
+    if problem:
+        sys.exit(problem)
     source = NODE_ROOT % copy_of
-    if not os.path.isdir(source):
-        sys.exit("--from %s: no such sandbox node (%s); make sandbox-up && make site-sandbox first" % (copy_of, source))
     if os.path.exists(SNAPSHOT_DIR):
         shutil.rmtree(SNAPSHOT_DIR)
     home = os.path.join(SNAPSHOT_DIR, copy_of)
@@ -106,21 +140,30 @@ def take_snapshot(copy_of: str) -> None:
 
 
 def up(nodes: int, copy_of: str) -> str:
+    """The nodes started afresh from a new snapshot (copies left by an earlier `up` are removed first)."""
     started = time.monotonic()
-    take_snapshot(copy_of)
-    path = write_inventory(nodes, copy_of)
-    sandbox_playbook(path, "copy", {"sandbox_copy_dir": SNAPSHOT_DIR})
-    # The snapshot served its purpose: every node has its own copy now.
-    shutil.rmtree(SNAPSHOT_DIR, ignore_errors=True)
+    with scaled_lock():
+        remove_scaled()
+        take_snapshot(copy_of)
+        path = write_inventory(nodes, copy_of)
+        try:
+            sandbox_playbook(path, "copy", {"sandbox_copy_dir": SNAPSHOT_DIR})
+        finally:
+            # Every node has its own copy now, or none will.
+            shutil.rmtree(SNAPSHOT_DIR, ignore_errors=True)
     sys.stderr.write("%d nodes up as copies of %s in %.0f s\n" % (nodes, copy_of, time.monotonic() - started))
     return path
 
 
 def down() -> None:
+    with scaled_lock():
+        remove_scaled()
+
+
+def remove_scaled() -> None:
     """Every scaled node, whatever N the last `up` had (the largest inventory written names them all)."""
-    written = sorted((int(name[len("sandbox-scaled-"):-len(".yml")]) for name in os.listdir(SCALED_DIR)
-                      if name.startswith("sandbox-scaled-") and name.endswith(".yml")), reverse=True) \
-        if os.path.isdir(SCALED_DIR) else []
+    names = os.listdir(SCALED_DIR) if os.path.isdir(SCALED_DIR) else []
+    written = sorted((int(match.group(1)) for match in map(INVENTORY_NAME.match, names) if match), reverse=True)
     if written:
         sandbox_playbook(inventory_path(written[0]), "remove", {})
     shutil.rmtree(SCALED_DIR, ignore_errors=True)

@@ -93,3 +93,16 @@ def test_the_markdown_has_a_row_per_figure_and_a_column_per_size():
     assert "| Figure | N = 3 | N = 6 | N = 6 / N = 3 | Per node added |" in text
     assert "| site.yml, second run (changed=0 expected) | 60.00 s | 90.00 s | 1.5 | 10.0 s |" in text
     assert "changed 0 at N = 3, 0 at N = 6" in text
+
+
+def test_only_a_plain_provisioned_node_is_copied(tmp_path):
+    node_root = str(tmp_path / "nodes" / "%s" / "root")
+    assert "not a sandbox node name" in sandbox_scale.source_problem("../n0", node_root)
+    assert "not a sandbox node name" in sandbox_scale.source_problem("n0;rm", node_root)
+    assert "no such sandbox node" in sandbox_scale.source_problem("n0", node_root)
+    (tmp_path / "nodes" / "n0" / "root" / "etc").mkdir(parents=True)
+    assert "make site-sandbox first" in sandbox_scale.source_problem("n0", node_root)
+    mark = tmp_path / "nodes" / "n0" / "root" / sandbox_scale.PROVISIONED_MARK
+    mark.parent.mkdir(parents=True)
+    mark.write_text("{}")
+    assert sandbox_scale.source_problem("n0", node_root) == ""
