@@ -156,7 +156,7 @@ def main() -> int:
         parser.error("--nodes %s: %s" % (args.nodes, error))
     names = model_files(args.model)
     reports = tempfile.mkdtemp(prefix="scale-")
-    result = {"command": "python3 benchmarks/scale.py " + " ".join(sys.argv[1:]), "model": args.model,
+    result = {"command": " ".join(["python3 benchmarks/scale.py"] + sys.argv[1:]), "model": args.model,
               "model_bytes": sum(names.values()), "runtime": args.runtime, "runs": args.runs, "clients": args.clients,
               "hub_rate": args.hub_rate, "reports": reports}  # type: Dict[str, Any]
     by_nodes = {}  # type: Dict[int, Dict[str, Any]]

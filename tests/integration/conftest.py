@@ -273,12 +273,13 @@ def snapshot_done(copied: bool) -> None:
 @pytest.fixture(scope="session")
 def sandbox():
     """The sandbox cluster, up for the whole session and down afterwards. On cluster b: its nodes added to the
-    running sandbox as copies of the provisioned snapshot (second_cluster), and left for cluster a's session to
-    take down."""
+    running sandbox as copies of the provisioned snapshot (second_cluster), and removed at the end with
+    sandbox_state=remove, which leaves cluster a's nodes to its own session (remove_second_cluster)."""
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root (network namespaces, mounts, debootstrap)")
     if CLUSTER != "a":
         yield second_cluster()
+        remove_second_cluster()
         return
     if os.environ.get("PRIMA_SANDBOX_REUSE") == "1":
         # For iterating on tests: use the sandbox as it is, and leave it up.
@@ -312,6 +313,18 @@ def second_cluster() -> PlaybookRun:
                           label="sandbox-copy-%s" % CLUSTER)
     assert copied.status == "successful", copied.describe()
     return copied
+
+
+def remove_second_cluster() -> None:
+    """This cluster's nodes and gateway table removed (sandbox_state=remove), cluster a's left running."""
+    removed = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "remove"},
+                           label="sandbox-remove-%s" % CLUSTER)
+    assert removed.status == "successful", removed.describe()
+    assert [name for name in NODES if os.path.exists(NODE_ROOT % name)] == [], "a node of cluster %s is left" % CLUSTER
+    tables = subprocess.run(["ip", "netns", "exec", "psb-access", "nft", "list", "tables"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert "prima_access_%s" % CLUSTER not in tables and "prima_access" in tables, tables
+    assert os.path.exists(NODE_ROOT % SNAPSHOT_NODE), "sandbox_state=remove took cluster a's node too"
 
 
 @contextlib.contextmanager
