@@ -12,7 +12,6 @@ also when a run fails.
 """
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from figures import write_figures
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 INVENTORY = "inventory/sandbox-mapped.yml"
-NODE_ROOTS = "/var/lib/prima-sandbox/nodes/*/root"
+NODE_ROOT = "/var/lib/prima-sandbox/nodes/%s/root"
 HUB_LOG = "/var/lib/prima-sandbox/hub-requests.log"
 WAYS = {"fanout": True, "every_node": False}
 
@@ -59,8 +58,14 @@ def model_files(model: str) -> Dict[str, int]:
     return {entry["name"]: int(entry["size"]) for entry in catalog[model]["files"]}
 
 
+def inventory_nodes() -> List[str]:
+    """The nodes of INVENTORY (cluster a), not every node of the sandbox: a second cluster or scaled copies may be up."""
+    with open(os.path.join(REPO, INVENTORY)) as handle:
+        return list(yaml.safe_load(handle)["all"]["children"]["sandbox"]["children"]["cluster"]["hosts"])
+
+
 def remove_from_every_node(names: Dict[str, int]) -> None:
-    for root in glob.glob(NODE_ROOTS):
+    for root in (NODE_ROOT % node for node in inventory_nodes()):
         for name in names:
             for suffix in ("", ".partial", ".verified"):
                 path = os.path.join(root, "opt/models", name + suffix)
@@ -109,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     names = model_files(args.model)
     result = {"command": "python3 benchmarks/models_fanout.py " + " ".join(sys.argv[1:]), "model": args.model,
-              "hub_rate": args.hub_rate, "nodes": len(glob.glob(NODE_ROOTS))}
+              "hub_rate": args.hub_rate, "nodes": len(inventory_nodes())}
     for way in WAYS:
         result[way] = measure(way, args.model, names, args.hub_rate)
     model_bytes = sum(names.values())
