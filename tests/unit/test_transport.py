@@ -79,7 +79,8 @@ def test_forward_argv_keeps_alive_exits_on_forward_failure_and_checks_the_host_k
     argv = forward_argv({"host": "gw", "port": 2210, "user": "prima-tunnel"}, [10001, 9001], "/k", "/kh", 5, 3)
     assert argv[:2] == ["ssh", "-tt"] and argv[-1] == "prima-tunnel@gw"
     for option in ("ExitOnForwardFailure=yes", "ServerAliveInterval=5", "ServerAliveCountMax=3",
-                   "StrictHostKeyChecking=yes", "UserKnownHostsFile=/kh", "IdentityFile=/k", "BatchMode=yes"):
+                   "StrictHostKeyChecking=yes", "UserKnownHostsFile=/kh", "IdentityFile=/k", "BatchMode=yes",
+                   "CheckHostIP=no", "UpdateHostKeys=no"):
         assert option in argv
     forwards = [argv[index + 1] for index, arg in enumerate(argv) if arg == "-L"]
     assert forwards == ["127.0.0.1:9001:127.0.0.1:9001", "127.0.0.1:10001:127.0.0.1:10001"]

@@ -227,7 +227,8 @@ def setup_state_argv(user: str, paths: Sequence[str]) -> List[str]:
     """
     if not re.fullmatch(USER_PATTERN, user) or user == "root":
         raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
-    script = ('user=$1; shift; getent passwd "$user" || echo "no user $user"; '
+    # stat's %F and every tool's messages are translated: the controller's locale travels over SSH (AcceptEnv).
+    script = ('LC_ALL=C; export LC_ALL; user=$1; shift; getent passwd "$user" || echo "no user $user"; '
               'for path in "$@"; do stat -c "%n %F %U %G %a" -- "$path" 2>&1; '
               'if [ -f "$path" ]; then sha256sum -- "$path" 2>&1; fi; done; '
               + " ".join(shlex.quote(part) for part in sshd_check_argv(user)) + " 2>&1; exit 0")
@@ -283,6 +284,9 @@ def forward_argv(endpoint: Mapping[str, Any], ports: Sequence[int], key: str, kn
             "-o", "ConnectTimeout=10", "-o", "IdentitiesOnly=yes", "-o", "IdentityFile=%s" % key,
             "-o", "UserKnownHostsFile=%s" % known_hosts, "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", "StrictHostKeyChecking=yes", "-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "LogLevel=ERROR",
+            # The known_hosts file is the setup's (site.yml compares it with its record): ssh adds nothing to it,
+            # not the address behind a host name (CheckHostIP, on by default before OpenSSH 8.5), nor new keys.
+            "-o", "CheckHostIP=no", "-o", "UpdateHostKeys=no",
             "-p", str(endpoint["port"])]
     for port in sorted(ports):
         argv += ["-L", "%s:%d:%s:%d" % (LOOPBACK, port, LOOPBACK, port)]
