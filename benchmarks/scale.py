@@ -5,7 +5,7 @@ weights on every node, at N = 3 and 6 nodes (and any other N), with what each no
 
 Needs the sandbox up and its cluster a provisioned (make sandbox-up && make site-sandbox). The nodes measured are
 copies of n0's provisioned root (tools/sandbox_scale.py: s0..s<N-1>, shaped like Glows, beside cluster a), so every
-N starts from the same node. Per N, on its first N copies:
+N starts from copies of the same node (the N = 6 run reuses the three that N = 3 ran on). Per N, on its first N copies:
 
 1. site.yml once to settle (the copies' transport and launch units depend on their peers), then again: the second
    run's wall time and its changed count (0 is what provisioning promises);
@@ -161,13 +161,15 @@ def main() -> int:
               "hub_rate": args.hub_rate, "reports": reports}  # type: Dict[str, Any]
     by_nodes = {}  # type: Dict[int, Dict[str, Any]]
     started = time.monotonic()
-    sandbox_scale.up(max(sizes), args.copy_of)
-    try:
-        for size in sizes:
-            by_nodes[size] = measure(size, args, names, reports)
-    finally:
-        if not args.keep:
-            sandbox_scale.down()
+    # The copies are this run's until it ends: another up or down waits for the lock, or is refused.
+    with sandbox_scale.scaled_lock():
+        try:
+            sandbox_scale.start_copies(max(sizes), args.copy_of)
+            for size in sizes:
+                by_nodes[size] = measure(size, args, names, reports)
+        finally:
+            if not args.keep:
+                sandbox_scale.remove_scaled()
     keys = [figure[0] for figure in FIGURES]
     result.update({"by_nodes": {str(size): figures for size, figures in by_nodes.items()},
                    "marginal": marginal(by_nodes, keys), "growth": growth(by_nodes, keys),

@@ -100,7 +100,7 @@ def sandbox_playbook(inventory: str, state: str, extra: Dict[str, str]) -> None:
 
 def source_problem(copy_of: str, node_root: str = NODE_ROOT) -> str:
     """Why `copy_of` cannot be copied ('' when it can): a plain node name, of a node that is there and provisioned."""
-    if not NODE_NAME.match(copy_of):
+    if not NODE_NAME.fullmatch(copy_of):
         return "--from %r: not a sandbox node name (letters, digits, _ and -)" % copy_of
     source = node_root % copy_of
     if not os.path.isdir(source):
@@ -140,17 +140,25 @@ def take_snapshot(copy_of: str) -> None:
 
 
 def up(nodes: int, copy_of: str) -> str:
-    """The nodes started afresh from a new snapshot (copies left by an earlier `up` are removed first)."""
-    started = time.monotonic()
     with scaled_lock():
-        remove_scaled()
-        take_snapshot(copy_of)
-        path = write_inventory(nodes, copy_of)
-        try:
-            sandbox_playbook(path, "copy", {"sandbox_copy_dir": SNAPSHOT_DIR})
-        finally:
-            # Every node has its own copy now, or none will.
-            shutil.rmtree(SNAPSHOT_DIR, ignore_errors=True)
+        return start_copies(nodes, copy_of)
+
+
+def start_copies(nodes: int, copy_of: str) -> str:
+    """The nodes started afresh from a new snapshot (copies left by an earlier `up` are removed first). The caller
+    holds scaled_lock()."""
+    problem = source_problem(copy_of)
+    if problem:
+        sys.exit(problem)
+    started = time.monotonic()
+    remove_scaled()
+    take_snapshot(copy_of)
+    path = write_inventory(nodes, copy_of)
+    try:
+        sandbox_playbook(path, "copy", {"sandbox_copy_dir": SNAPSHOT_DIR})
+    finally:
+        # Every node has its own copy now, or none will.
+        shutil.rmtree(SNAPSHOT_DIR, ignore_errors=True)
     sys.stderr.write("%d nodes up as copies of %s in %.0f s\n" % (nodes, copy_of, time.monotonic() - started))
     return path
 
@@ -175,13 +183,15 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=6, help="how many nodes (6)")
     parser.add_argument("--from", dest="copy_of", default="n0", help="the provisioned node copied (n0)")
     args = parser.parse_args()
+    if args.action == "down":
+        down()
+        return 0
     try:
-        if args.action == "down":
-            down()
-            return 0
         node_names(args.nodes)
     except ValueError as error:
         parser.error(str(error))
+    if not NODE_NAME.fullmatch(args.copy_of):
+        parser.error("--from %r: not a sandbox node name (letters, digits, _ and -)" % args.copy_of)
     path = up(args.nodes, args.copy_of) if args.action == "up" else write_inventory(args.nodes, args.copy_of)
     print(path)
     return 0

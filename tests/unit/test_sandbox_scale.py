@@ -99,6 +99,7 @@ def test_only_a_plain_provisioned_node_is_copied(tmp_path):
     node_root = str(tmp_path / "nodes" / "%s" / "root")
     assert "not a sandbox node name" in sandbox_scale.source_problem("../n0", node_root)
     assert "not a sandbox node name" in sandbox_scale.source_problem("n0;rm", node_root)
+    assert "not a sandbox node name" in sandbox_scale.source_problem("n0\n", node_root)
     assert "no such sandbox node" in sandbox_scale.source_problem("n0", node_root)
     (tmp_path / "nodes" / "n0" / "root" / "etc").mkdir(parents=True)
     assert "make site-sandbox first" in sandbox_scale.source_problem("n0", node_root)
