@@ -315,16 +315,40 @@ def second_cluster() -> PlaybookRun:
     return copied
 
 
+def cluster_public_key(name: str) -> str:
+    """The node's cluster public key (role transport), without its comment."""
+    with open(os.path.join(NODE_ROOT % name, "etc/prima-bench/transport/id_ed25519.pub")) as handle:
+        return " ".join(handle.read().split()[:2])
+
+
+def gateway_tables() -> List[str]:
+    listed = subprocess.run(["ip", "netns", "exec", "psb-access", "nft", "list", "tables"], capture_output=True,
+                            text=True, check=True).stdout
+    return [line.split()[-1] for line in listed.splitlines() if line.strip()]
+
+
 def remove_second_cluster() -> None:
     """This cluster's nodes and gateway table removed (sandbox_state=remove), cluster a's left running."""
+    table = "prima_access_%s" % CLUSTER
+    namespaces = ["psb-%s" % name for name in NODES]
+    cluster_a = ["psb-%s" % name for name in _inventory_hosts(os.path.join(REPO, "inventory", CLUSTER_INVENTORIES["a"]))]
+    assert table in gateway_tables() and set(namespaces + cluster_a) <= set(sandbox_namespaces()), \
+        "before removal: %s, %s" % (gateway_tables(), sandbox_namespaces())
     removed = run_playbook("playbooks/sandbox.yml", extravars={"sandbox_state": "remove"},
                            label="sandbox-remove-%s" % CLUSTER)
     assert removed.status == "successful", removed.describe()
     assert [name for name in NODES if os.path.exists(NODE_ROOT % name)] == [], "a node of cluster %s is left" % CLUSTER
-    tables = subprocess.run(["ip", "netns", "exec", "psb-access", "nft", "list", "tables"], capture_output=True,
-                            text=True, check=True).stdout.split()
-    assert "prima_access_%s" % CLUSTER not in tables and "prima_access" in tables, tables
-    assert os.path.exists(NODE_ROOT % SNAPSHOT_NODE), "sandbox_state=remove took cluster a's node too"
+    assert not set(namespaces) & set(sandbox_namespaces()), sandbox_namespaces()
+    assert table not in gateway_tables() and "prima_access" in gateway_tables(), gateway_tables()
+    # Cluster a's nodes still up, and its sshd still reached through the gateway's map.
+    assert set(cluster_a) <= set(sandbox_namespaces()), "sandbox_state=remove took cluster a's nodes too"
+    with socket.create_connection(("10.77.0.3", 2210), timeout=5) as connection:
+        assert connection.recv(4).startswith(b"SSH-")
+
+
+def sandbox_namespaces() -> List[str]:
+    return [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                                       check=True).stdout.splitlines() if line.strip()]
 
 
 @contextlib.contextmanager
@@ -434,6 +458,10 @@ def site_runs(sandbox):
         # Copies of provisioned nodes: site.yml makes them this cluster's (addresses, transport, units).
         run = run_playbook("site.yml", label="site-%s" % CLUSTER)
         assert run.status == "successful", run.describe()
+        # Each copy started with n0's cluster key pair: all but the first made their own (the peers tell the nodes
+        # apart by key).
+        keys = [cluster_public_key(name) for name in NODES]
+        assert len(set(keys)) == len(NODES) and keys[0] == cluster_public_key(SNAPSHOT_NODE), keys
         SITE_UNITS.update(unit_contents())
         SITE_UNIT_MODES.update({path: os.stat(path).st_mode & 0o7777 for path in SITE_UNITS})
         return run, run
