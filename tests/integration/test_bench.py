@@ -59,7 +59,7 @@ def test_bench_report_matches_the_raw_logs(provisioned, both_modes_bench):
     assert "Transport (how the ranks reached each other; cluster_network): ssh: auto: " in report
     assert "| Rank 0 (%s) | Rank 1 (%s) | Rank 2 (%s) |" % (N0, N1, N2) in report
     # site.yml set the transport up with the same inputs and recorded it: bench.yml wrote none of its files.
-    assert "Set up this node's transport (skipped by a run" in stdout
+    assert "Set up this node's transport (skipped where the record says" in stdout
     assert "transport/tasks/write.yml" not in stdout
     # The probe before the runs: the head reaches both RPC workers through its forwards (worker rank R on
     # 50052 + R - 1), with a handshake time and a throughput.

@@ -30,5 +30,8 @@ def test_a_killed_timeout_takes_its_rank_with_it(tmp_path):
     while alive(rank) and time.time() < deadline:
         time.sleep(0.05)
     assert not alive(rank), "pid %d (sleep 300) outlived its timeout" % rank
+    # The launcher writes the exit file once it has killed what was left of the group: just after the rank died.
+    while not (state / "exit").exists() and time.time() < deadline:
+        time.sleep(0.05)
     assert (state / "exit").read_text() == "137\n"
     assert '"running": false' in sh(script, "status").stdout
