@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
@@ -64,8 +64,9 @@ def inventory_nodes() -> List[str]:
         return list(yaml.safe_load(handle)["all"]["children"]["sandbox"]["children"]["cluster"]["hosts"])
 
 
-def remove_from_every_node(names: Dict[str, int]) -> None:
-    for root in (NODE_ROOT % node for node in inventory_nodes()):
+def remove_from_every_node(names: Mapping[str, int], nodes: Optional[Sequence[str]] = None) -> None:
+    """The files, their partial downloads and stamps, gone from each node (INVENTORY's unless `nodes` are named)."""
+    for root in (NODE_ROOT % node for node in (inventory_nodes() if nodes is None else nodes)):
         for name in names:
             for suffix in ("", ".partial", ".verified"):
                 path = os.path.join(root, "opt/models", name + suffix)

@@ -1,7 +1,7 @@
 """Cost growth with the cluster's size: site.yml's second run, bench.yml's overhead per measured run and the time to
 weights on every node, at N = 3 and 6 nodes (and any other N), with what each node added costs.
 
-    python3 benchmarks/scale.py [--nodes 3,6] [--runs 3] [--model tiny] [--hub-rate 200mbit] [--keep]
+    .venv/bin/python benchmarks/scale.py [--nodes 3,6] [--runs 3] [--model tiny] [--hub-rate 200mbit] [--keep]
 
 Needs the sandbox up and its cluster a provisioned (make sandbox-up && make site-sandbox). The nodes measured are
 copies of n0's provisioned root (tools/sandbox_scale.py: s0..s<N-1>, shaped like Glows, beside cluster a), so every
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import bench_overhead  # noqa: E402
 import sandbox_scale  # noqa: E402
 from figures import write_figures  # noqa: E402
-from models_fanout import hub_records, model_files, shape_hub  # noqa: E402
+from models_fanout import hub_records, model_files, remove_from_every_node, shape_hub  # noqa: E402
 
 REPO = sandbox_scale.REPO
 PLAYBOOK = sandbox_scale.PLAYBOOK
@@ -103,15 +103,6 @@ def playbook(inventory: str, playbook_name: str, extra: Sequence[str] = ()) -> D
     return {"seconds": round(seconds, 1), "changed": sum(recap_changed(done.stdout).values())}
 
 
-def remove_weights(nodes: Sequence[str], names: Mapping[str, int]) -> None:
-    for node in nodes:
-        for name in names:
-            for suffix in ("", ".partial", ".verified"):
-                path = os.path.join(sandbox_scale.NODE_ROOT % node, "opt/models", name + suffix)
-                if os.path.lexists(path):
-                    os.remove(path)
-
-
 def measure(nodes: int, args: argparse.Namespace, names: Mapping[str, int], reports: str) -> Dict[str, Any]:
     inventory = sandbox_scale.write_inventory(nodes, args.copy_of)
     settle = playbook(inventory, "site.yml")
@@ -119,7 +110,7 @@ def measure(nodes: int, args: argparse.Namespace, names: Mapping[str, int], repo
     overhead = argparse.Namespace(inventory=inventory, model=args.model, runtime=args.runtime, runs=args.runs,
                                   clients=args.clients)
     bench = {mode: bench_overhead.bench(mode, overhead, reports) for mode in ("run", "server")}
-    remove_weights(sandbox_scale.node_names(nodes), names)
+    remove_from_every_node(names, sandbox_scale.node_names(nodes))
     mark = len(hub_records())
     shape_hub(args.hub_rate)
     try:

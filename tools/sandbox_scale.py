@@ -1,8 +1,8 @@
 """A sandbox cluster of N nodes for the price of one provisioning: copies of a provisioned node's root.
 
-    python3 tools/sandbox_scale.py up --nodes 6 [--from n0]   # prints the inventory of the N nodes
-    python3 tools/sandbox_scale.py inventory --nodes 3        # the inventory of the first 3 of them
-    python3 tools/sandbox_scale.py down                       # the copies gone, the rest of the sandbox stays
+    .venv/bin/python tools/sandbox_scale.py up --nodes 6 [--from n0]   # prints the inventory of the N nodes
+    .venv/bin/python tools/sandbox_scale.py inventory --nodes 3        # the inventory of the first 3 of them
+    .venv/bin/python tools/sandbox_scale.py down                       # the copies gone, the rest of the sandbox stays
 
 Needs the sandbox up (make sandbox-up) and --from provisioned by site.yml (make site-sandbox). `up` copies
 that node's root once (a snapshot, under the sandbox's state directory) and starts nodes s0..s<N-1> from it,
@@ -33,7 +33,11 @@ STATE_DIR = "/var/lib/prima-sandbox"
 SCALED_DIR = os.path.join(STATE_DIR, "scaled")
 SNAPSHOT_DIR = os.path.join(STATE_DIR, "snapshots", "scaled")
 NODE_ROOT = os.path.join(STATE_DIR, "nodes", "%s", "root")
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+# The ansible-playbook beside this Python (the checkout's .venv), else the checkout's, else the PATH's: the README's
+# `python3 tools/sandbox_scale.py` may run under a Python without Ansible.
+PLAYBOOK = next((path for path in (os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+                                   os.path.join(REPO, ".venv", "bin", "ansible-playbook"))
+                 if os.access(path, os.X_OK)), shutil.which("ansible-playbook") or "ansible-playbook")
 ACCESS_ADDRESS = "10.77.0.3"
 # Cluster a holds .10-.12 and ports 2210-2212, cluster b .13-.15 and 2213-2215; the hub is .2, the gateway .3.
 FIRST_ADDRESS = 20

@@ -203,12 +203,19 @@ def forward_user_problems(user: str, hosts: Sequence[str], hostvars: Mapping[str
     return problems
 
 
+def checked_forward_user(user: str) -> str:
+    """The user, or ValueError when it is no user name the forwards may log in as (what goes into sshd's
+    configuration and the node-side commands)."""
+    if not re.fullmatch(USER_PATTERN, user) or user == "root":
+        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    return user
+
+
 def sshd_match_block(user: str) -> str:
     """The sshd_config block that lets the forward user open -L forwards to loopback over a pty session that only
     sleeps, and nothing else. Match values win over global ones wherever the block stands; a Match block in a
     file that `Include` pulls in ends with that file (OpenSSH 8.2 and later), so it may sit in sshd_config.d."""
-    if not re.fullmatch(USER_PATTERN, user) or user == "root":
-        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    checked_forward_user(user)
     return "Match User %s\n%s" % (user, "".join("\t%s %s\n" % setting for setting in SSHD_FORWARD_SETTINGS))
 
 
@@ -225,8 +232,7 @@ def setup_state_argv(user: str, paths: Sequence[str]) -> List[str]:
     removed, a mode changed, an sshd configuration that no longer applies the forward user's block). The paths and
     the user are arguments of the script, never part of its text.
     """
-    if not re.fullmatch(USER_PATTERN, user) or user == "root":
-        raise ValueError("transport_user %r is not a user name the forwards may log in as" % user)
+    checked_forward_user(user)
     # stat's %F and every tool's messages are translated: the controller's locale travels over SSH (AcceptEnv).
     script = ('LC_ALL=C; export LC_ALL; user=$1; shift; getent passwd "$user" || echo "no user $user"; '
               'for path in "$@"; do stat -c "%n %F %U %G %a" -- "$path" 2>&1; '
